@@ -1,0 +1,192 @@
+"""Configuration dataclasses: :class:`AttentionConfig` (one attention layer) and :class:`GPTConfig` (the model).
+
+Every AttentionConfig field is an orthogonal, default-off switch: the defaults give GPT-2's causal multi-head
+softmax attention. A registered variant (see :mod:`attnlab.variants`) is a name for a preset of these fields.
+Fields left ``None`` are filled from the model (``n_head``, ``bias``, ``dropout``) by :meth:`GPTConfig.resolved_attention`.
+New mechanisms arrive as new fields with defaults that keep today's behaviour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .errors import ConfigError, check_choice, check_number, strict_fields, unknown_name
+
+KERNELS = ("dot", "rbf")
+NORMALIZERS = ("softmax", "none")
+MASK_FORMS = ("additive", "renormalize")
+BACKENDS = ("auto", "sdpa", "explicit")
+POS_ENCODINGS = ("none", "learned", "sinusoidal", "rope")
+ACTIVATIONS = ("gelu_tanh", "gelu")
+
+
+def config_from_dict(cls, data: dict, *, where: str = ""):
+    """Build dataclass ``cls`` from a plain dict; unknown keys give a ConfigError suggesting the closest field."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or cls.__name__} must be a table/dict, got {type(data).__name__}")
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            raise unknown_name(f"{where + '.' if where else ''}{cls.__name__} field", key, names)
+    return cls(**data)
+
+
+@strict_fields
+@dataclass(frozen=True)
+class AttentionConfig:
+    """One attention layer. Defaults: causal multi-head softmax attention of q.k / sqrt(d) (Vaswani et al. 2017)."""
+
+    n_head: int | None = None  # None: the model's n_head
+    n_kv_head: int | None = None  # None: = n_head (MHA); 1: MQA (Shazeer 2019); a divisor: GQA (Ainslie et al. 2023)
+    bias: bool | None = None  # biases in the q/k/v/out projections; None: the model's bias
+    dropout: float | None = None  # dropout on the attention weights; None: the model's dropout
+    kernel: str = "dot"  # "dot": logits q.k*scale/T;  "rbf": logits -scale*||q-k||^2/(2T), i.e. sigma^2 = T*sqrt(d) (seed 003)
+    normalizer: str = "softmax"  # "softmax": rows sum to 1;  "none": raw similarity weights (seed 001)
+    temperature: float = 1.0  # T in softmax(z / T) (seed 003)
+    scale: float | None = None  # None: 1/sqrt(head_dim)
+    causal: bool = True
+    mask_form: str = "additive"  # "additive": -inf inside the softmax; "renormalize": Mask(B) after it (seed 002)
+    backend: str = "auto"  # "auto": SDPA whenever the options reduce to it; "sdpa" (require it); "explicit"
+
+    def __post_init__(self):
+        for name in ("n_head", "n_kv_head"):
+            value = getattr(self, name)
+            if value is not None:
+                check_number(f"attention.{name}", value, low=1, integer=True)
+        if self.bias is not None and not isinstance(self.bias, bool):
+            raise ConfigError(f"attention.bias={self.bias!r} must be true, false or unset")
+        if self.dropout is not None:
+            check_number("attention.dropout", self.dropout, low=0.0, high=1.0)
+            if self.dropout == 1.0:
+                raise ConfigError("attention.dropout=1.0 would drop every weight; use a value in [0, 1)")
+        check_choice("attention.kernel", self.kernel, KERNELS)
+        check_choice("attention.normalizer", self.normalizer, NORMALIZERS)
+        check_number("attention.temperature", self.temperature, low=0.0, low_open=True)
+        if self.scale is not None:
+            check_number("attention.scale", self.scale, low=0.0, low_open=True)
+        if not isinstance(self.causal, bool):
+            raise ConfigError(f"attention.causal={self.causal!r} must be true or false")
+        check_choice("attention.mask_form", self.mask_form, MASK_FORMS)
+        check_choice("attention.backend", self.backend, BACKENDS)
+        if self.backend == "sdpa" and not self.sdpa_compatible:
+            raise ConfigError(
+                f"attention.backend='sdpa' cannot compute normalizer={self.normalizer!r}, "
+                f"mask_form={self.mask_form!r}; use backend='auto' or 'explicit'"
+            )
+        if self.n_head is not None and self.n_kv_head is not None and self.n_head % self.n_kv_head:
+            raise ConfigError(
+                f"attention.n_head={self.n_head} is not divisible by attention.n_kv_head={self.n_kv_head}; "
+                f"n_kv_head must divide n_head (n_kv_head=n_head: MHA, 1: MQA)"
+            )
+
+    @property
+    def sdpa_compatible(self) -> bool:
+        """True when the math reduces to softmax(q.k' * s + mask) v, which PyTorch's SDPA computes."""
+        return self.normalizer == "softmax" and not (self.causal and self.mask_form == "renormalize")
+
+    def replace(self, **changes) -> "AttentionConfig":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "AttentionConfig":
+        return config_from_dict(cls, data, where="attention")
+
+
+@strict_fields
+@dataclass(frozen=True)
+class GPTConfig:
+    """A GPT. Field names follow GPT-2 / nanoGPT; defaults are GPT-2 small (124M)."""
+
+    vocab_size: int = 50257
+    block_size: int = 1024
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+    attention: str | AttentionConfig | dict = "standard"  # a registered variant name or an AttentionConfig
+    pos_encoding: str = "learned"  # "none", "learned" (GPT-2), "sinusoidal" (seed 002), "rope" (Su et al. 2021)
+    rope_base: float = 10000.0
+    layer_norm_eps: float = 1e-5
+    activation: str = "gelu_tanh"  # GPT-2's "gelu_new" is the tanh approximation
+    mlp_ratio: int = 4
+
+    def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio"):
+            check_number(name, getattr(self, name), low=1, integer=True)
+        check_number("dropout", self.dropout, low=0.0, high=1.0)
+        if self.dropout == 1.0:
+            raise ConfigError("dropout=1.0 would drop everything; use a value in [0, 1)")
+        if not isinstance(self.bias, bool):
+            raise ConfigError(f"bias={self.bias!r} must be true or false")
+        check_choice("pos_encoding", self.pos_encoding, POS_ENCODINGS)
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_number("rope_base", self.rope_base, low=1.0, low_open=True)
+        check_number("layer_norm_eps", self.layer_norm_eps, low=0.0, low_open=True)
+        if self.n_embd % self.n_head:
+            raise ConfigError(
+                f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
+                f"n_embd must be a multiple of n_head (head_dim = n_embd / n_head)"
+            )
+        if self.pos_encoding == "rope" and (self.n_embd // self.n_head) % 2:
+            raise ConfigError(f"pos_encoding='rope' needs an even head_dim, got {self.n_embd // self.n_head}")
+        if self.pos_encoding == "sinusoidal" and self.n_embd % 2:
+            raise ConfigError(f"pos_encoding='sinusoidal' needs an even n_embd, got {self.n_embd}")
+        self.resolved_attention()  # validate the attention choice now, not at model build time
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    def resolved_attention(self) -> AttentionConfig:
+        """The AttentionConfig with the model's n_head / n_kv_head / bias / dropout filled in and checked."""
+        from .variants import get_variant  # late import: variants imports this module
+
+        attn = self.attention
+        if isinstance(attn, str):
+            attn = get_variant(attn)
+        elif isinstance(attn, dict):
+            attn = AttentionConfig.from_dict(attn)
+        elif not isinstance(attn, AttentionConfig):
+            raise ConfigError(
+                f"attention={attn!r} must be a variant name (see attnlab.variants()) or an AttentionConfig"
+            )
+        if attn.n_head is not None and attn.n_head != self.n_head:
+            raise ConfigError(f"attention.n_head={attn.n_head} disagrees with n_head={self.n_head}; leave it unset")
+        n_kv = self.n_head if attn.n_kv_head is None else attn.n_kv_head
+        if self.n_head % n_kv:
+            raise ConfigError(
+                f"n_head={self.n_head} is not divisible by attention.n_kv_head={n_kv}; "
+                f"n_kv_head must divide n_head (allowed here: {_divisors(self.n_head)})"
+            )
+        return attn.replace(
+            n_head=self.n_head,
+            n_kv_head=n_kv,
+            bias=self.bias if attn.bias is None else attn.bias,
+            dropout=self.dropout if attn.dropout is None else attn.dropout,
+        )
+
+    def replace(self, **changes) -> "GPTConfig":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "GPTConfig":
+        data = dict(data)
+        if isinstance(data.get("attention"), dict):
+            data["attention"] = AttentionConfig.from_dict(data["attention"])
+        return config_from_dict(cls, data, where="model")
+
+    def to_dict(self) -> dict:
+        """Plain dict (TOML-friendly: None-valued attention fields are dropped)."""
+        out = dataclasses.asdict(self)
+        if isinstance(self.attention, AttentionConfig):
+            out["attention"] = {k: v for k, v in dataclasses.asdict(self.attention).items() if v is not None}
+        return out
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+__all__ = ["AttentionConfig", "GPTConfig", "config_from_dict"]
