@@ -2,5 +2,14 @@
 
 from .config import AttentionConfig, GPTConfig
 from .errors import ConfigError
+from .functional import attention
+from .model import GPT
+from .nn import Attention
+from .variants import get_variant, register, variant_info, variants
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "AttentionConfig", "GPTConfig", "ConfigError", "attention", "GPT", "Attention",
+    "get_variant", "register", "variant_info", "variants",
+]

@@ -1,0 +1,98 @@
+"""Scaled dot-product attention and its variants as one pure function.
+
+    o_i = sum_j p_ij v_j,   p_i = softmax(z_i)  =  argmax_{p in simplex} <p, z_i> + T H(p)   (seed 003)
+
+with z from a kernel (attnlab.functional.scores), causal masking in either form of seed 002
+(attnlab.functional.masks), and grouped K/V heads (MHA / GQA / MQA, seed 003). Whenever the options reduce
+to softmax(q k' s + mask) v, the call goes to torch's fused scaled_dot_product_attention (SDPA); the
+explicit path computes the same formula step by step and can return the weights.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .masks import causal_keep, mask_renormalize_softmax
+from .scores import default_scale, dot_logits, rbf_augment, rbf_logits
+
+_SDPA_HAS_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)  # enable_gqa arrived in 2.5
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """[B, Hkv, S, d] -> [B, Hkv * n_rep, S, d]: query head h uses K/V head h // n_rep (GQA; MQA when Hkv = 1)."""
+    return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
+
+
+def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", return_weights=False, backend="auto"):
+    """Whether :func:`attention` will call SDPA for these options."""
+    reducible = normalizer == "softmax" and not (causal and mask_form == "renormalize") and not return_weights
+    if backend == "sdpa" and not reducible:
+        raise ValueError(
+            "backend='sdpa' cannot compute normalizer='none', mask_form='renormalize' or return weights; "
+            "use backend='auto' or 'explicit'"
+        )
+    return reducible and backend != "explicit"
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    temperature: float = 1.0,
+    kernel: str = "dot",
+    normalizer: str = "softmax",
+    mask_form: str = "additive",
+    dropout_p: float = 0.0,
+    return_weights: bool = False,
+    backend: str = "auto",
+):
+    """Attention over q [B, H, T, d], k [B, Hkv, S, d], v [B, Hkv, S, dv]; H must be a multiple of Hkv.
+
+    kernel: "dot" (z = q.k scale / T) or "rbf" (z = -||q - k||^2 scale / (2T)).
+    normalizer: "softmax" (p = softmax(z)) or "none" (p = the raw similarity: z for "dot", exp(z) for "rbf";
+        causal masking then just zeroes the weights of future keys, as there is no normalisation to mask inside).
+    mask_form: "additive" (-inf inside the softmax) or "renormalize" (Mask(softmax(z)) of seed 002).
+    dropout_p: dropout on the weights (pass 0 at evaluation).
+    Returns the output [B, H, T, dv], or (output, weights [B, H, T, S]) when return_weights.
+    """
+    b, h, t, d = q.shape
+    h_kv, s = k.shape[1], k.shape[2]
+    if h % h_kv:
+        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({h_kv})")
+    if causal and t != s:
+        raise ValueError(f"causal attention needs as many queries as keys, got {t} queries and {s} keys")
+    scale = default_scale(d) if scale is None else scale
+
+    if uses_sdpa(normalizer=normalizer, causal=causal, mask_form=mask_form,
+                 return_weights=return_weights, backend=backend):
+        if kernel == "rbf":
+            q, k = rbf_augment(q, k)  # softmax(-||q-k||^2 s/2T) = softmax(<q',k'> s/T)
+        if h != h_kv and not _SDPA_HAS_GQA:
+            k, v = repeat_kv(k, h // h_kv), repeat_kv(v, h // h_kv)
+        extra = {"enable_gqa": True} if (h != h_kv and _SDPA_HAS_GQA) else {}
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=causal, dropout_p=dropout_p, scale=scale / temperature, **extra
+        )
+
+    k, v = repeat_kv(k, h // h_kv), repeat_kv(v, h // h_kv)
+    logits = (dot_logits if kernel == "dot" else rbf_logits)(q, k, scale, temperature)  # z_ij
+    keep = causal_keep(t, s, device=q.device) if causal else None
+    if normalizer == "softmax":
+        if causal and mask_form == "renormalize":
+            weights = mask_renormalize_softmax(logits)  # Mask(A), A = softmax(z)      (seed 002, form 2)
+        else:
+            if causal:
+                logits = logits.masked_fill(~keep, float("-inf"))  # z + (-inf) U   (seed 002, form 1)
+            weights = torch.softmax(logits, dim=-1)  # p_ij = exp(z_ij) / sum_k exp(z_ik)
+    else:
+        weights = logits if kernel == "dot" else logits.exp()  # raw correlation / raw RBF kernel (seed 001)
+        if causal:
+            weights = weights.masked_fill(~keep, 0.0)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    out = weights @ v  # o_i = sum_j p_ij v_j
+    return (out, weights) if return_weights else out

@@ -1,0 +1,41 @@
+"""Causal masking in the two forms of seed 002.
+
+Form 1 (additive, the usual implementation): softmax_rowwise(z + (-inf) U), U_ij = 1(i < j).
+Form 2 (Mask(B), zero then renormalise after the softmax):
+    Mask(B)_ij = B_ij / sum_{k <= i} B_ik   for j <= i,   0 for j > i.
+Both give the same weights; seed 002 derives permutation invariance with form 2.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def causal_keep(t: int, s: int | None = None, device=None) -> torch.Tensor:
+    """Boolean [t, s] matrix, True where key j is visible to query i (j <= i); the complement of U."""
+    s = t if s is None else s
+    return torch.ones(t, s, dtype=torch.bool, device=device).tril()
+
+
+def additive_causal_mask(t: int, dtype=torch.float32, device=None) -> torch.Tensor:
+    """(-inf) U with the convention exp(-inf) = 0: 0 on and below the diagonal, -inf above (seed 002)."""
+    return torch.zeros(t, t, dtype=dtype, device=device).masked_fill(~causal_keep(t, device=device), float("-inf"))
+
+
+def mask_renormalize(b: torch.Tensor) -> torch.Tensor:
+    """Mask(B) of seed 002, literally: zero entries j > i, divide each row by its remaining sum."""
+    keep = causal_keep(b.shape[-2], b.shape[-1], device=b.device)
+    kept = b.masked_fill(~keep, 0.0)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def mask_renormalize_softmax(logits: torch.Tensor) -> torch.Tensor:
+    """Mask(softmax(z)), computed in log space.
+
+    Mask(A)_ij = A_ij / sum_{k<=i} A_ik = softmax over the visible j of log A_ij: the same zero-and-renormalise,
+    but a row whose future logits dominate cannot underflow its visible weights to 0/0 (which the literal form
+    does once the gap exceeds ~100 in float32).
+    """
+    log_a = torch.log_softmax(logits, dim=-1)  # A = softmax(z), the full (unmasked) attention map
+    keep = causal_keep(logits.shape[-2], logits.shape[-1], device=logits.device)
+    return torch.softmax(log_a.masked_fill(~keep, float("-inf")), dim=-1)  # renormalise over j <= i

@@ -1,0 +1,58 @@
+"""Attention logits: how similar is query i to key j.
+
+Shapes: q [B, H, T, d], k [B, H, S, d] -> logits [B, H, T, S].
+Every kernel returns *logits* z_ij; the attention weights are softmax(z) along j (or, with the "none"
+normaliser, the kernel's raw similarity: z itself for "dot", exp(z) for "rbf"; see attnlab.functional.attention).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def default_scale(head_dim: int) -> float:
+    """1/sqrt(d): keeps Var(q.k) = 1 when q and k have i.i.d. unit-variance entries (Vaswani et al. 2017 s.3.2; seed 003)."""
+    return 1.0 / math.sqrt(head_dim)
+
+
+def dot_logits(q: torch.Tensor, k: torch.Tensor, scale: float, temperature: float = 1.0) -> torch.Tensor:
+    """z_ij = <q_i, k_j> * scale / T;  with scale = 1/sqrt(d) this is seed 003's z_j = <q, k_j> / sqrt(d), over T."""
+    return (q @ k.transpose(-2, -1)) * (scale / temperature)
+
+
+def squared_distances(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """||q_i - k_j||^2 = ||q_i||^2 + ||k_j||^2 - 2 <q_i, k_j>, clamped at 0 against rounding."""
+    qq = (q * q).sum(-1, keepdim=True)  # [B, H, T, 1]
+    kk = (k * k).sum(-1).unsqueeze(-2)  # [B, H, 1, S]
+    return (qq + kk - 2.0 * (q @ k.transpose(-2, -1))).clamp_min(0.0)
+
+
+def rbf_logits(q: torch.Tensor, k: torch.Tensor, scale: float, temperature: float = 1.0) -> torch.Tensor:
+    """z_ij = -||q_i - k_j||^2 * scale / (2T).
+
+    exp(z_ij) is the Gaussian (RBF) kernel exp(-||q_i - k_j||^2 / (2 sigma^2)) with sigma^2 = T / scale,
+    i.e. sigma^2 = T sqrt(d) at the default scale (seed 003, "kernel view"). Since
+    -||q - k||^2 / 2 = <q, k> - ||q||^2/2 - ||k||^2/2, it differs from the dot kernel only by a per-row constant
+    (which softmax cancels) and the per-key bias -||k_j||^2 scale / (2T).
+    """
+    return squared_distances(q, k) * (-scale / (2.0 * temperature))
+
+
+def rbf_augment(q: torch.Tensor, k: torch.Tensor, multiple: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rewrite the RBF kernel as a dot product so fused SDPA kernels can compute it.
+
+    q' = [q, 1, 0...], k' = [k, -||k||^2 / 2, 0...] gives <q', k'> = <q, k> - ||k||^2 / 2, which equals
+    -||q - k||^2 / 2 up to the per-row constant -||q||^2 / 2 that softmax removes. Zero-padded to a multiple
+    of ``multiple`` so the head size stays friendly to fused kernels.
+    """
+    d = q.shape[-1]
+    width = -(-(d + 1) // multiple) * multiple
+    q_aug = q.new_zeros(*q.shape[:-1], width)
+    k_aug = k.new_zeros(*k.shape[:-1], width)
+    q_aug[..., :d] = q
+    q_aug[..., d] = 1.0
+    k_aug[..., :d] = k
+    k_aug[..., d] = -0.5 * (k * k).sum(-1)
+    return q_aug, k_aug

@@ -1,0 +1,94 @@
+"""Load a local Hugging Face GPT-2 checkpoint into attnlab.GPT (no network, no transformers import).
+
+GPT-2 stores its projections as Conv1D weights of shape [in, out] (x @ W + b); ours are nn.Linear [out, in],
+so every Conv1D weight is transposed, and the fused c_attn [C, 3C] is split into q, k and v.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from .config import GPTConfig
+from .errors import ConfigError
+
+_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+
+
+def gpt2_config(hf: dict, attention="standard") -> GPTConfig:
+    """GPTConfig equivalent to a GPT-2 config.json; features we do not implement are refused by name."""
+    unsupported = {
+        "scale_attn_by_inverse_layer_idx": True, "add_cross_attention": True, "tie_word_embeddings": False,
+    }
+    for key, bad in unsupported.items():
+        if hf.get(key) == bad:
+            raise ConfigError(f"GPT-2 checkpoint option {key}={bad} is not supported by attnlab.GPT")
+    act = hf.get("activation_function", "gelu_new")
+    if act not in _ACTIVATIONS:
+        raise ConfigError(f"GPT-2 activation_function={act!r} is not supported; supported: {', '.join(_ACTIVATIONS)}")
+    n_embd = hf["n_embd"]
+    n_inner = hf.get("n_inner") or 4 * n_embd
+    if n_inner % n_embd:
+        raise ConfigError(f"GPT-2 n_inner={n_inner} is not a multiple of n_embd={n_embd}")
+    config = GPTConfig(
+        vocab_size=hf["vocab_size"], block_size=hf["n_positions"], n_layer=hf["n_layer"], n_head=hf["n_head"],
+        n_embd=n_embd, dropout=float(hf.get("resid_pdrop", 0.0)), bias=True, attention=attention,
+        pos_encoding="learned", layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
+        activation=_ACTIVATIONS[act], mlp_ratio=n_inner // n_embd,
+    )
+    attn = config.resolved_attention()
+    if attn.n_kv_head != config.n_head:
+        raise ConfigError(f"GPT-2 weights have {config.n_head} K/V heads; attention n_kv_head={attn.n_kv_head} cannot load them")
+    if not hf.get("scale_attn_weights", True):  # GPT-2 option: logits q.k without 1/sqrt(d)
+        config = config.replace(attention=attn.replace(scale=1.0))
+    return config
+
+
+def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    if (path / "model.safetensors").exists():
+        from safetensors.torch import load_file
+
+        return load_file(str(path / "model.safetensors"))
+    if (path / "pytorch_model.bin").exists():
+        return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise ConfigError(f"{path}: no model.safetensors or pytorch_model.bin found")
+
+
+def convert_state_dict(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
+    """Hugging Face GPT2 names and layouts -> attnlab.GPT names and layouts."""
+    sd = {k.removeprefix("transformer."): v for k, v in sd.items()}
+    out = {"wte.weight": sd["wte.weight"], "pos.weight": sd["wpe.weight"],
+           "ln_f.weight": sd["ln_f.weight"], "ln_f.bias": sd["ln_f.bias"]}
+    for i in range(n_layer):
+        src, dst = f"h.{i}.", f"blocks.{i}."
+        for ln in ("ln_1", "ln_2"):
+            out[dst + ln + ".weight"] = sd[src + ln + ".weight"]
+            out[dst + ln + ".bias"] = sd[src + ln + ".bias"]
+        qkv_w = sd[src + "attn.c_attn.weight"].t()  # [3C, C]
+        qkv_b = sd[src + "attn.c_attn.bias"]
+        for name, w, b in zip(("q", "k", "v"), qkv_w.chunk(3, 0), qkv_b.chunk(3, 0)):
+            out[dst + f"attn.{name}_proj.weight"] = w
+            out[dst + f"attn.{name}_proj.bias"] = b
+        pairs = {"attn.c_proj": "attn.out_proj", "mlp.c_fc": "mlp.fc", "mlp.c_proj": "mlp.proj"}
+        for hf_name, our_name in pairs.items():
+            out[dst + our_name + ".weight"] = sd[src + hf_name + ".weight"].t()
+            out[dst + our_name + ".bias"] = sd[src + hf_name + ".bias"]
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def load_gpt2(cls, path, attention="standard"):
+    """Build ``cls`` (attnlab.GPT) from a local Hugging Face GPT-2 directory."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"{path}: not a Hugging Face GPT-2 directory (config.json missing)")
+    hf = json.loads((path / "config.json").read_text())
+    if hf.get("model_type", "gpt2") != "gpt2":
+        raise ConfigError(f"{path}: model_type={hf.get('model_type')!r}, expected 'gpt2'")
+    config = gpt2_config(hf, attention)
+    model = cls(config)
+    state = convert_state_dict(_read_state_dict(path), config.n_layer)
+    state["lm_head.weight"] = state["wte.weight"]
+    model.load_state_dict(state, strict=True)
+    return model

@@ -1,0 +1,163 @@
+"""A GPT whose attention is any attnlab variant.
+
+GPT-2's architecture (Radford et al. 2019) by default: token embedding (+ positions), n_layer pre-LayerNorm
+blocks x <- x + Attn(LN(x)); x <- x + MLP(LN(x)), a final LayerNorm and a head tied to the token embedding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import GPTConfig
+from .errors import ConfigError
+from .nn import Attention, LearnedPositions, RotaryEmbedding, SinusoidalPositions
+
+
+class MLP(nn.Module):
+    """x -> GELU(x W_fc) W_proj, hidden width mlp_ratio * n_embd."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        hidden = config.mlp_ratio * config.n_embd
+        self.fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
+        self.proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
+        self.approximate = "tanh" if config.activation == "gelu_tanh" else "none"
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.proj(F.gelu(self.fc(x), approximate=self.approximate)))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
+        self.attn = Attention(config.resolved_attention(), config.n_embd)
+        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, rope: nn.Module | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), rope)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.pos = {
+            "learned": lambda: LearnedPositions(config.block_size, config.n_embd),
+            "sinusoidal": lambda: SinusoidalPositions(config.block_size, config.n_embd),
+        }.get(config.pos_encoding, lambda: None)()
+        self.rope = (
+            RotaryEmbedding(config.block_size, config.head_dim, config.rope_base)
+            if config.pos_encoding == "rope" else None
+        )
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # weight tying (Press & Wolf 2017), as in GPT-2
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2: residual projections scaled by 1/sqrt(2 n_layer)
+            if name.endswith(("attn.out_proj.weight", "mlp.proj.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameter count; by default without the (tied) token and the position embeddings, as nanoGPT reports."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.wte.weight.numel()
+            if isinstance(self.pos, LearnedPositions):
+                n -= self.pos.weight.numel()
+        return n
+
+    def _check_idx(self, idx: torch.Tensor) -> None:
+        if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"idx must be an integer tensor of shape [batch, seq], got {tuple(idx.shape)} {idx.dtype}")
+        t = idx.shape[1]
+        if t > self.config.block_size:
+            raise ValueError(f"sequence length {t} exceeds block_size={self.config.block_size}")
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab_size):
+            raise ValueError(
+                f"token ids must lie in [0, {self.config.vocab_size}), got range "
+                f"[{int(idx.min())}, {int(idx.max())}]"
+            )
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token embeddings plus input positions p_i (seed 002: added to x before the projections)."""
+        x = self.wte(idx)
+        if self.pos is not None:
+            x = x + self.pos(idx.shape[1])
+        return self.drop(x)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        """Logits [B, T, vocab] for every position, and the mean cross-entropy against targets (-1 = ignore)."""
+        self._check_idx(idx)
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x, self.rope)
+        logits = self.lm_head(self.ln_f(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
+        return logits, loss
+
+    @torch.no_grad()
+    def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
+        """Attention weights [B, n_head, T, T] of every layer for the tokens idx (computed on the explicit path)."""
+        self._check_idx(idx)
+        x, maps = self.embed(idx), []
+        for block in self.blocks:
+            y, weights = block.attn(block.ln_1(x), self.rope, return_weights=True)
+            maps.append(weights)
+            x = x + y
+            x = x + block.mlp(block.ln_2(x))
+        return maps
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Sample max_new_tokens tokens after idx [B, T]; temperature 0 is greedy; top_k keeps the k likeliest."""
+        if temperature < 0:
+            raise ValueError(f"temperature={temperature} must be >= 0 (0 = greedy)")
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"top_k={top_k} must be a positive integer or None")
+        for _ in range(max_new_tokens):
+            context = idx[:, -self.config.block_size:]
+            logits = self(context)[0][:, -1, :]
+            if temperature == 0:
+                nxt = logits.argmax(-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)
+            idx = torch.cat((idx, nxt), dim=1)
+        return idx
+
+    @classmethod
+    def from_hf_gpt2(cls, path, attention="standard") -> "GPT":
+        """Load a local Hugging Face GPT-2 checkpoint directory (config.json + model.safetensors or
+        pytorch_model.bin); no network. ``attention`` may swap the mechanism (e.g. "rbf") over the same weights."""
+        from .hf import load_gpt2
+
+        return load_gpt2(cls, path, attention)
+
+
+__all__ = ["GPT", "GPTConfig", "Block", "MLP", "ConfigError"]

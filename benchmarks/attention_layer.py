@@ -1,0 +1,145 @@
+"""Benchmark: forward and forward+backward milliseconds of every registered variant, as ratios to raw SDPA.
+
+Two comparisons, both measured in this same run, alternating variant and reference call by call so that
+machine noise hits both alike (medians over --repeats):
+  layer: attnlab.nn.Attention (q/k/v/out projections + attention) against a hand-written layer with the same
+         projections around torch.nn.functional.scaled_dot_product_attention(is_causal=True);
+  core:  attnlab.functional.attention on q/k/v tensors against one raw SDPA call on the same shapes.
+
+    python benchmarks/attention_layer.py                 # batch 8, heads 8, seq 512, head_dim 64, CPU fp32
+    python benchmarks/attention_layer.py --device cuda --dtype bfloat16
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnlab import GPTConfig, variants
+from attnlab.functional import attention
+from attnlab.nn import Attention
+
+
+class RawSDPALayer(nn.Module):
+    """The reference: nanoGPT-style causal self-attention straight on F.scaled_dot_product_attention."""
+
+    def __init__(self, n_embd: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.q, self.k, self.v, self.o = (nn.Linear(n_embd, n_embd) for _ in range(4))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (m(x).view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for m in (self.q, self.k, self.v))
+        return self.o(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, c))
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _timed(fn, device) -> float:
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return (time.perf_counter() - start) * 1e3
+
+
+def compare(fn_a, fn_b, device, warmup: int, repeats: int) -> tuple[float, float]:
+    """Median milliseconds of fn_a and fn_b, run alternately."""
+    for _ in range(warmup):
+        fn_a(), fn_b()
+    a, b = [], []
+    for _ in range(repeats):
+        a.append(_timed(fn_a, device))
+        b.append(_timed(fn_b, device))
+    return statistics.median(a), statistics.median(b)
+
+
+def fwd(module, x):
+    def run():
+        with torch.no_grad():
+            module(x)
+    return run
+
+
+def fwd_bwd(module, x):
+    def run():
+        module(x).float().sum().backward()
+    return run
+
+
+def peak_memory_mb(fn, device) -> float | None:
+    if device.type != "cuda":
+        return None
+    torch.cuda.reset_peak_memory_stats(device)
+    fn()
+    _sync(device)
+    return torch.cuda.max_memory_allocated(device) / 2**20
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--seq", type=int, default=512)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--variants", nargs="*", default=None, help="default: every registered variant")
+    args = p.parse_args(argv)
+
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    n_embd = args.heads * args.head_dim
+    torch.manual_seed(0)
+    x = torch.randn(args.batch, args.seq, n_embd, device=device, dtype=dtype)
+    x_grad = x.clone().requires_grad_()
+    reference = RawSDPALayer(n_embd, args.heads).to(device, dtype)
+    results = []
+    for name in args.variants or variants():
+        cfg = GPTConfig(n_head=args.heads, n_embd=n_embd, block_size=args.seq, attention=name).resolved_attention()
+        layer = Attention(cfg, n_embd).to(device, dtype)
+        row = {"variant": name, "sdpa_path": cfg.sdpa_compatible and cfg.backend != "explicit"}
+        for mode, make, inp in (("fwd", fwd, x), ("fwd_bwd", fwd_bwd, x_grad)):
+            ours, ref = compare(make(layer, inp), make(reference, inp), device, args.warmup, args.repeats)
+            row[f"layer_{mode}_ms"], row[f"sdpa_layer_{mode}_ms"] = round(ours, 3), round(ref, 3)
+            row[f"layer_{mode}_ratio"] = round(ours / ref, 3)
+            row[f"layer_{mode}_peak_mb"] = peak_memory_mb(make(layer, inp), device)
+        # core: the attention function alone on q/k/v, against one raw SDPA call
+        q = torch.randn(args.batch, args.heads, args.seq, args.head_dim, device=device, dtype=dtype)
+        k, v = (torch.randn(args.batch, cfg.n_kv_head, args.seq, args.head_dim, device=device, dtype=dtype)
+                for _ in range(2))
+        kr, vr = (t.repeat_interleave(args.heads // cfg.n_kv_head, 1) for t in (k, v))
+        opts = dict(causal=True, kernel=cfg.kernel, normalizer=cfg.normalizer, mask_form=cfg.mask_form,
+                    temperature=cfg.temperature, scale=cfg.scale, backend=cfg.backend)
+        with torch.no_grad():
+            ours, ref = compare(lambda: attention(q, k, v, **opts),
+                                lambda: F.scaled_dot_product_attention(q, kr, vr, is_causal=True),
+                                device, args.warmup, args.repeats)
+        row["core_fwd_ms"], row["sdpa_core_fwd_ms"], row["core_fwd_ratio"] = round(ours, 3), round(ref, 3), round(ours / ref, 3)
+        results.append(row)
+    out = {
+        "benchmark": "attention_layer",
+        "shape": {"batch": args.batch, "heads": args.heads, "seq": args.seq, "head_dim": args.head_dim},
+        "device": str(device), "dtype": args.dtype, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "machine": platform.processor() or platform.machine(), "repeats": args.repeats,
+        "note": "ratio = attnlab median / raw-SDPA median in this run (causal); core references repeat K/V heads",
+        "results": results,
+    }
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

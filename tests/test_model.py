@@ -1,0 +1,124 @@
+"""The attention module and the GPT against independent computations."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab import GPT, Attention, AttentionConfig, GPTConfig
+from reference import attention_ref
+
+
+def small(**kw):
+    base = dict(vocab_size=40, block_size=24, n_layer=2, n_head=4, n_embd=32)
+    base.update(kw)
+    return GPTConfig(**base)
+
+
+@pytest.mark.parametrize("variant", ["standard", "gqa", "mqa", "rbf", "mask-renormalize"])
+def test_attention_module_matches_reference(variant):
+    """Projections, head split/merge and output projection written out with numpy around the loop reference."""
+    cfg = small(attention=variant).resolved_attention()
+    layer = Attention(cfg, 32).double().eval()
+    x = torch.randn(2, 9, 32, dtype=torch.float64)
+    lin = lambda m, a: a @ m.weight.detach().numpy().T + m.bias.detach().numpy()  # noqa: E731
+    xn = x.numpy()
+    heads = lambda a, n: a.reshape(2, 9, n, 8).transpose(0, 2, 1, 3)  # noqa: E731
+    q = heads(lin(layer.q_proj, xn), 4)
+    k, v = heads(lin(layer.k_proj, xn), cfg.n_kv_head), heads(lin(layer.v_proj, xn), cfg.n_kv_head)
+    o, _ = attention_ref(q, k, v, causal=True, kernel=cfg.kernel, mask_form=cfg.mask_form)
+    want = lin(layer.out_proj, o.transpose(0, 2, 1, 3).reshape(2, 9, 32))
+    np.testing.assert_allclose(layer(x).detach().numpy(), want, rtol=1e-10, atol=1e-10)
+
+
+def test_gqa_equals_mha_with_repeated_kv_weights():
+    """A GQA layer equals the MHA layer whose K/V projections repeat each K/V head for its query group."""
+    gqa = Attention(AttentionConfig(n_head=4, n_kv_head=2), 32)
+    mha = Attention(AttentionConfig(n_head=4, n_kv_head=4), 32)
+    with torch.no_grad():
+        for name in ("q_proj", "out_proj"):
+            getattr(mha, name).load_state_dict(getattr(gqa, name).state_dict())
+        for name in ("k_proj", "v_proj"):
+            src = getattr(gqa, name)
+            w = src.weight.unflatten(0, (2, 8)).repeat_interleave(2, 0).flatten(0, 1)
+            b = src.bias.unflatten(0, (2, 8)).repeat_interleave(2, 0).flatten(0, 1)
+            getattr(mha, name).weight.copy_(w)
+            getattr(mha, name).bias.copy_(b)
+    x = torch.randn(3, 10, 32)
+    torch.testing.assert_close(gqa(x), mha(x))
+
+
+def test_gqa_with_all_heads_is_mha():
+    cfg_std, cfg_gqa = small(), small(attention=AttentionConfig(n_kv_head=4))
+    torch.manual_seed(3)
+    a = GPT(cfg_std)
+    torch.manual_seed(3)
+    b = GPT(cfg_gqa)
+    idx = torch.randint(0, 40, (2, 12))
+    torch.testing.assert_close(a(idx)[0], b(idx)[0])
+
+
+def test_loss_is_cross_entropy_of_logits():
+    model = GPT(small()).eval()
+    idx, tgt = torch.randint(0, 40, (3, 16)), torch.randint(0, 40, (3, 16))
+    tgt[0, :5] = -1
+    logits, loss = model(idx, tgt)
+    lp = torch.log_softmax(logits.double(), -1)
+    mask = tgt >= 0
+    want = -lp[mask].gather(-1, tgt[mask][:, None]).mean()
+    assert loss.item() == pytest.approx(want.item(), rel=1e-5)
+    # at initialisation the model is near uniform: loss ~ ln(vocab)
+    assert abs(F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), ignore_index=-1).item() - np.log(40)) < 0.3
+
+
+def test_weights_tied_and_param_count():
+    model = GPT(small())
+    assert model.lm_head.weight is model.wte.weight
+    c, L, V, B = 32, 2, 40, 24
+    per_block = 4 * (c * c + c) + 2 * 2 * c + (c * 4 * c + 4 * c) + (4 * c * c + c)
+    assert model.num_params(non_embedding=False) == V * c + B * c + L * per_block + 2 * c
+    assert model.num_params() == L * per_block + 2 * c
+
+
+def test_generate_greedy_matches_manual_loop():
+    model = GPT(small()).eval()
+    idx = torch.randint(0, 40, (2, 5))
+    out = model.generate(idx, 30, temperature=0)  # runs past block_size=24: the context is cropped
+    manual = idx
+    with torch.no_grad():
+        for _ in range(30):
+            logits = model(manual[:, -24:])[0][:, -1]
+            manual = torch.cat((manual, logits.argmax(-1, keepdim=True)), 1)
+    assert torch.equal(out, manual)
+    assert torch.equal(model.generate(idx, 30, top_k=1), manual)  # top-1 sampling is greedy
+    g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    assert torch.equal(model.generate(idx, 10, generator=g1), model.generate(idx, 10, generator=g2))
+
+
+def test_attention_maps_are_causal_distributions():
+    model = GPT(small()).eval()
+    idx = torch.randint(0, 40, (2, 12))
+    maps = model.attention_maps(idx)
+    assert len(maps) == 2 and maps[0].shape == (2, 4, 12, 12)
+    for w in maps:
+        torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 12))
+        assert (w.triu(1) == 0).all()
+    # layer 0's map equals softmax(q k'/sqrt(d) + mask) of the first block, recomputed here
+    blk = model.blocks[0]
+    with torch.no_grad():
+        x = blk.ln_1(model.embed(idx))
+        q = blk.attn.q_proj(x).unflatten(-1, (4, 8)).transpose(1, 2)
+        k = blk.attn.k_proj(x).unflatten(-1, (4, 8)).transpose(1, 2)
+        z = q @ k.transpose(-1, -2) / np.sqrt(8)
+        want = torch.softmax(z.masked_fill(torch.ones(12, 12).triu(1).bool(), float("-inf")), -1)
+    torch.testing.assert_close(maps[0], want)
+
+
+def test_bad_tokens_give_clear_errors():
+    model = GPT(small())
+    with pytest.raises(ValueError, match="exceeds block_size=24"):
+        model(torch.zeros(1, 25, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 40\)"):
+        model(torch.full((1, 4), 40))
+    with pytest.raises(ValueError, match="integer tensor"):
+        model(torch.zeros(1, 4))
