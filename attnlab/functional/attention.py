@@ -69,14 +69,17 @@ def attention(
 
     if uses_sdpa(normalizer=normalizer, causal=causal, mask_form=mask_form,
                  return_weights=return_weights, backend=backend):
+        dv = v.shape[-1]
         if kernel == "rbf":
             q, k = rbf_augment(q, k)  # softmax(-||q-k||^2 s/2T) = softmax(<q',k'> s/T)
+            v = F.pad(v, (0, q.shape[-1] - dv))  # fused CPU kernels need v as wide as q and k
         if h != h_kv and not _SDPA_HAS_GQA:
             k, v = repeat_kv(k, h // h_kv), repeat_kv(v, h // h_kv)
         extra = {"enable_gqa": True} if (h != h_kv and _SDPA_HAS_GQA) else {}
-        return F.scaled_dot_product_attention(
+        out = F.scaled_dot_product_attention(
             q, k, v, is_causal=causal, dropout_p=dropout_p, scale=scale / temperature, **extra
         )
+        return out[..., :dv] if out.shape[-1] != dv else out
 
     k, v = repeat_kv(k, h // h_kv), repeat_kv(v, h // h_kv)
     logits = (dot_logits if kernel == "dot" else rbf_logits)(q, k, scale, temperature)  # z_ij

@@ -1,0 +1,148 @@
+"""Tokenisers: character-level (:class:`CharTokenizer`) and byte-level BPE (:class:`BPETokenizer`).
+
+Both expose ``encode(str) -> list[int]``, ``decode(list[int]) -> str``, ``vocab_size``, ``encode_array(str)`` (a
+fast numpy encoding of a long text), ``save(path)`` and the classmethod ``load(path)``; :func:`load_tokenizer` loads
+either from its JSON file. The BPE tokeniser is trained offline with Hugging Face ``tokenizers``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError
+
+TOKENIZERS = ("char", "bpe")
+BPE_MIN_VOCAB = 257  # the 256 byte symbols plus at least one merge
+
+
+class CharTokenizer:
+    """One token per character; the vocabulary is the sorted set of characters of a text."""
+
+    kind = "char"
+
+    def __init__(self, chars: str):
+        if len(set(chars)) != len(chars) or list(chars) != sorted(chars):
+            raise ValueError("CharTokenizer needs distinct characters in sorted order")
+        self.chars = chars
+        self._codepoints = np.array([ord(c) for c in chars], dtype=np.int64)
+        self._index = {c: i for i, c in enumerate(chars)}
+
+    @classmethod
+    def train(cls, text: str) -> CharTokenizer:
+        """The tokeniser whose vocabulary is every character of ``text``."""
+        return cls("".join(sorted(set(text))))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_array(text).tolist()
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """Token ids of ``text`` as an int64 array; raises ValueError naming the first unknown character."""
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+        ids = np.searchsorted(self._codepoints, codes)
+        ids = np.minimum(ids, max(len(self.chars) - 1, 0))
+        unknown = self._codepoints[ids] != codes if len(self.chars) else np.ones(len(codes), bool)
+        if unknown.any():
+            pos = int(np.argmax(unknown))
+            raise ValueError(f"character {text[pos]!r} at position {pos} is not in the CharTokenizer vocabulary")
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        chars = self.chars
+        return "".join(chars[i] for i in ids)
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.kind, "chars": self.chars}, ensure_ascii=False)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json(), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> CharTokenizer:
+        return cls(json.loads(Path(path).read_text(encoding="utf-8"))["chars"])
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, CharTokenizer) and other.chars == self.chars
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer(vocab_size={self.vocab_size})"
+
+
+class BPETokenizer:
+    """Byte-level BPE (GPT-2 style, no special tokens) backed by a Hugging Face ``tokenizers.Tokenizer``.
+
+    Any string round-trips exactly: ``decode(encode(s)) == s``.
+    """
+
+    kind = "bpe"
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int) -> BPETokenizer:
+        """Train a byte-level BPE of at most ``vocab_size`` tokens on ``texts`` (an iterable of strings)."""
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+        if vocab_size < BPE_MIN_VOCAB:
+            raise ConfigError(f"data.vocab_size={vocab_size} must be >= {BPE_MIN_VOCAB} for tokenizer='bpe'")
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            special_tokens=[],
+            show_progress=False,
+        )
+        tokenizer.train_from_iterator(texts, trainer=trainer)
+        return cls(tokenizer)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """Token ids of ``text`` as an int64 array."""
+        return np.asarray(self.encode(text), dtype=np.int64)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def to_json(self) -> str:
+        return self.tokenizer.to_str()
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json(), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> BPETokenizer:
+        from tokenizers import Tokenizer
+
+        return cls(Tokenizer.from_file(str(path)))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, BPETokenizer) and other.to_json() == self.to_json()
+
+    def __repr__(self) -> str:
+        return f"BPETokenizer(vocab_size={self.vocab_size})"
+
+
+Tokenizer = CharTokenizer | BPETokenizer
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """Load a tokeniser saved by ``save``: a char one (``{"type": "char"}``) or a Hugging Face BPE file."""
+    with open(path, encoding="utf-8") as f:
+        kind = json.load(f).get("type")
+    return CharTokenizer.load(path) if kind == CharTokenizer.kind else BPETokenizer.load(path)

@@ -1,0 +1,140 @@
+"""Training-run configuration: :class:`TrainConfig` (optimisation, evaluation, logging) and :class:`RunConfig`.
+
+A :class:`RunConfig` is the whole run: ``[model]`` (:class:`~attnlab.config.GPTConfig`), ``[data]``
+(:class:`~attnlab.data.DataConfig`), ``[train]`` (:class:`TrainConfig`) plus where the run is written. It
+round-trips through TOML with :mod:`attnlab.configio`; named presets live in :mod:`attnlab.presets`.
+Field names and defaults follow nanoGPT where it has an equivalent (``max_iters`` is ``max_steps`` here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+
+from ..config import GPTConfig
+from ..data import DataConfig
+from ..errors import ConfigError, check_choice, check_number, strict_fields
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@strict_fields
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation (AdamW, linear warmup then cosine decay to ``min_lr``), evaluation, logging, checkpoints."""
+
+    batch_size: int = 32  # sequences per micro-batch
+    grad_accum: int = 1  # micro-batches per optimizer step (tokens/step = batch_size * grad_accum * block_size)
+    max_steps: int = 2000  # optimizer steps
+    lr: float = 1e-3  # peak learning rate (after warmup)
+    min_lr: float = 1e-4  # learning rate at the end of the cosine decay
+    warmup_steps: int = 100  # linear warmup from 0 to lr
+    decay_lr: bool = True  # cosine decay from lr to min_lr over the steps after warmup; False: constant lr
+    weight_decay: float = 0.1  # AdamW decoupled weight decay
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
+    eval_interval: int = 250  # steps between validation evaluations (also at the end); 0: only at the end
+    eval_tokens: int = 65536  # validation tokens evaluated each time
+    log_interval: int = 10  # steps between training-loss log lines
+    checkpoint_interval: int = 500  # steps between checkpoints (also at the end); 0: only at the end
+    seed: int = 1337
+    device: str = "auto"  # "auto": cuda if available, else mps, else cpu
+    dtype: str = "float32"  # compute dtype of the forward pass (mixed precision unless "float32")
+    compile: bool = False  # torch.compile the model
+    sample_tokens: int = 500  # tokens of text generated at the end of the run; 0: none
+    tensorboard: bool = False  # also write TensorBoard event files
+
+    def __post_init__(self):
+        for name in ("batch_size", "grad_accum", "max_steps", "eval_tokens", "log_interval"):
+            check_number(f"train.{name}", getattr(self, name), low=1, integer=True)
+        for name in ("warmup_steps", "eval_interval", "checkpoint_interval", "sample_tokens", "seed"):
+            check_number(f"train.{name}", getattr(self, name), low=0, integer=True)
+        check_number("train.lr", self.lr, low=0.0, low_open=True)
+        check_number("train.min_lr", self.min_lr, low=0.0)
+        check_number("train.weight_decay", self.weight_decay, low=0.0)
+        check_number("train.grad_clip", self.grad_clip, low=0.0)
+        for name in ("beta1", "beta2"):
+            check_number(f"train.{name}", getattr(self, name), low=0.0)
+            if not getattr(self, name) < 1.0:
+                raise ConfigError(f"train.{name}={getattr(self, name)!r} must be < 1")
+        for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
+            if not math.isfinite(getattr(self, name)):
+                raise ConfigError(f"train.{name}={getattr(self, name)!r} must be a finite number")
+        for name in ("decay_lr", "compile", "tensorboard"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"train.{name}={getattr(self, name)!r} must be true or false")
+        check_choice("train.device", self.device, DEVICES)
+        check_choice("train.dtype", self.dtype, DTYPES)
+        if self.min_lr > self.lr:
+            raise ConfigError(f"train.min_lr={self.min_lr!r} must be <= train.lr={self.lr!r}")
+        if self.warmup_steps > self.max_steps:
+            raise ConfigError(
+                f"train.warmup_steps={self.warmup_steps} must be <= train.max_steps={self.max_steps}"
+            )
+
+    def replace(self, **changes) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)
+
+
+@strict_fields
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run: model, data, training schedule and output directory.
+
+    ``model.vocab_size`` is overwritten at run time with the tokenizer's vocabulary size, so it is not
+    checked against ``data`` here.
+    """
+
+    model: GPTConfig = field(default_factory=GPTConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    out_dir: str | None = None  # None: runs/<timestamp>-<variant>
+    preset: str | None = None  # the preset this config started from (informational)
+
+    def __post_init__(self):
+        from ..configio import from_dict  # tables given as plain dicts are accepted and converted
+
+        for name, cls in (("model", GPTConfig), ("data", DataConfig), ("train", TrainConfig)):
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                object.__setattr__(self, name, from_dict(cls, value, name))
+            elif not isinstance(value, cls):
+                raise ConfigError(f"{name}={value!r} must be a {cls.__name__} (a [{name}] table)")
+        for name in ("out_dir", "preset"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and value):
+                raise ConfigError(f"{name}={value!r} must be a non-empty string or unset")
+
+    @property
+    def variant_name(self) -> str:
+        """The attention variant's name, or "custom" for an explicit AttentionConfig table."""
+        attn = self.model.attention
+        return attn if isinstance(attn, str) else "custom"
+
+    def resolved_out_dir(self, now: float | None = None) -> str:
+        """``out_dir``, or ``runs/<YYYYmmdd-HHMMSS>-<variant>`` when it is unset."""
+        if self.out_dir is not None:
+            return self.out_dir
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+        return f"runs/{stamp}-{self.variant_name}"
+
+    def replace(self, **changes) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        from ..configio import to_dict
+
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunConfig":
+        from ..configio import from_dict
+
+        return from_dict(cls, data)
+
+
+__all__ = ["TrainConfig", "RunConfig", "DEVICES", "DTYPES"]
