@@ -123,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     from .errors import ConfigError
+    from .train import TrainingDiverged
 
     args = build_parser().parse_args(argv)
     try:
@@ -130,11 +131,9 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"attnlab: error: {e}", file=sys.stderr)
         return 2
-    except Exception as e:  # a diverged run reports itself in one line as well
-        if type(e).__name__ == "TrainingDiverged":
-            print(f"attnlab: {e}", file=sys.stderr)
-            return 1
-        raise
+    except TrainingDiverged as e:  # the last good checkpoint is kept; the message says where
+        print(f"attnlab: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

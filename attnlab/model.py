@@ -87,6 +87,8 @@ class GPT(nn.Module):
         return n
 
     def _check_idx(self, idx: torch.Tensor) -> None:
+        if torch.compiler.is_compiling():  # the range check syncs and would break the compiled graph
+            return
         if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"idx must be an integer tensor of shape [batch, seq], got {tuple(idx.shape)} {idx.dtype}")
         t = idx.shape[1]

@@ -188,8 +188,10 @@ def test_attention_table_round_trip(presets, tmp_path):
 
     cfg = presets["tiny"].replace(model=presets["tiny"].model.replace(attention=AttentionConfig(kernel="rbf")))
     data = load_toml(save_toml(cfg, tmp_path / "a.toml"))
-    assert data["model"]["attention"] == {"kernel": "rbf", "normalizer": "softmax", "temperature": 1.0,
-                                          "causal": True, "mask_form": "additive", "backend": "auto"}
+    attn = AttentionConfig(kernel="rbf")
+    set_fields = {f.name: getattr(attn, f.name) for f in dataclasses.fields(attn) if getattr(attn, f.name) is not None}
+    assert data["model"]["attention"] == set_fields  # every set field written, unset (None) ones left out
+    assert "n_head" not in data["model"]["attention"] and data["model"]["attention"]["kernel"] == "rbf"
     assert from_dict(RunConfig, data) == cfg
 
 

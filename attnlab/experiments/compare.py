@@ -1,0 +1,236 @@
+"""``attnlab compare``: several attention variants x several seeds, same data, same token budget, same seeds.
+
+Layout of ``out_dir``::
+
+    compare.toml            the base config (minus out_dir, model.attention, train.seed) + variants + seeds
+    <variant>/seed<k>/      one ordinary training run directory per (variant, seed)
+    report.md               the statistical report (see :mod:`attnlab.experiments.report`)
+    results.json            the same numbers, machine-readable
+    loss_curves.png         validation loss vs tokens, mean and ±1 std band per variant
+
+Rerunning the same comparison resumes it: finished runs are skipped, runs with a checkpoint are resumed,
+the rest start fresh. A diverged run is recorded (not retried). A ``compare.toml`` with different settings
+is refused, so a resumed comparison can never silently mix token budgets.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import tomllib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..configio import load_toml, save_toml, to_dict
+from ..errors import ConfigError
+from ..train.checkpoint import find_checkpoint
+from ..variants import variant_info
+
+__all__ = ["compare", "run_config", "run_dir", "run_state", "spec_dict", "SPEC_FILE"]
+
+SPEC_FILE = "compare.toml"
+_PER_RUN_KEYS = (("model", "attention"), ("train", "seed"))  # set per run from `variants` / `seeds`
+
+
+# --------------------------------------------------------------------------------------------- configuration
+
+
+def run_dir(out_dir, variant: str, seed: int) -> Path:
+    """The run directory of (variant, seed): ``out_dir/<variant>/seed<k>``."""
+    return Path(out_dir) / variant / f"seed{seed}"
+
+
+def run_config(base, variant: str, seed: int, out_dir):
+    """``base`` with ``model.attention = variant``, ``train.seed = seed`` and ``out_dir`` = its run directory."""
+    return base.replace(
+        model=base.model.replace(attention=variant),
+        train=base.train.replace(seed=seed),
+        out_dir=str(run_dir(out_dir, variant, seed)),
+    )
+
+
+def spec_dict(base, variants: Sequence[str], seeds: Sequence[int]) -> dict:
+    """The contents of ``compare.toml``, normalised through TOML so it compares equal to a loaded file.
+
+    The base config loses ``out_dir``, ``model.attention`` and ``train.seed``: each run sets those itself.
+    """
+    import tomli_w
+
+    cfg = to_dict(base)
+    cfg.pop("out_dir", None)
+    for table, key in _PER_RUN_KEYS:
+        cfg.get(table, {}).pop(key, None)
+    spec = {"variants": list(variants), "seeds": list(seeds), "base": cfg}
+    return tomllib.loads(tomli_w.dumps(spec))
+
+
+def _flatten(tree, prefix: str = "") -> dict:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists are leaves)."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out = {}
+    for key, value in tree.items():
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def spec_differences(old: dict, new: dict) -> list[str]:
+    """``"key: old -> new"`` for every dotted key whose value differs between two spec dicts."""
+    a, b = _flatten(old), _flatten(new)
+    missing = object()
+    diffs = []
+    for key in sorted(a.keys() | b.keys()):
+        va, vb = a.get(key, missing), b.get(key, missing)
+        if va != vb:
+            show = lambda v: "(unset)" if v is missing else repr(v)  # noqa: E731
+            diffs.append(f"{key}: {show(va)} -> {show(vb)}")
+    return diffs
+
+
+def check_or_write_spec(out_dir: Path, spec: dict) -> bool:
+    """Write ``out_dir/compare.toml``, or check that the one already there is ``spec``; True when resuming.
+
+    A different existing spec is a one-line ConfigError naming the differing keys.
+    """
+    path = out_dir / SPEC_FILE
+    if not path.exists():
+        save_toml(spec, path)
+        return False
+    diffs = spec_differences(load_toml(path), spec)
+    if diffs:
+        shown = "; ".join(diffs[:5]) + (f"; and {len(diffs) - 5} more" if len(diffs) > 5 else "")
+        raise ConfigError(
+            f"{out_dir} already holds a different comparison ({SPEC_FILE}: {shown}); "
+            f"use a new out_dir, or rerun with the same settings to resume"
+        )
+    return True
+
+
+def _check_lists(variants: Sequence[str], seeds: Sequence[int]) -> None:
+    """Non-empty, duplicate-free lists of known variant names and non-negative integer seeds."""
+    if isinstance(variants, str) or not variants:
+        raise ConfigError(f"variants={variants!r} must be a non-empty list of variant names")
+    if isinstance(seeds, (str, int)) or not seeds:
+        raise ConfigError(f"seeds={seeds!r} must be a non-empty list of integers")
+    for name in variants:
+        variant_info(name)  # unknown name: the registry's one-line error
+    for seed in seeds:
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ConfigError(f"seed {seed!r} must be an integer >= 0")
+    for what, items in (("variant", variants), ("seed", seeds)):
+        dupes = sorted({str(x) for x in items if list(items).count(x) > 1})
+        if dupes:
+            raise ConfigError(f"duplicate {what} {', '.join(dupes)} in {list(items)!r}; list each once")
+
+
+# ------------------------------------------------------------------------------------------------------ runs
+
+
+def read_summary(path: Path) -> dict | None:
+    """``path/summary.json`` as a dict, or None when it is missing or unreadable (a run killed mid-write)."""
+    try:
+        data = json.loads((Path(path) / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def run_state(path: Path) -> str:
+    """What to do with a run directory: "finished" / "diverged" (keep), "resume" (checkpoint), "fresh"."""
+    summary = read_summary(path) or {}
+    status = summary.get("status")
+    if status in ("finished", "diverged"):
+        return status
+    if find_checkpoint(path) is not None:  # also finds a complete checkpoint left mid-swap by a kill
+        return "resume"
+    return "fresh"
+
+
+def _default_train_fn() -> Callable:
+    """:func:`attnlab.train.train` (imported late: the trainer pulls in the model and data stacks)."""
+    from ..train import train
+
+    return train
+
+
+def _say(quiet: bool, text: str) -> None:
+    if not quiet:
+        print(text, flush=True)
+
+
+def _execute(train_fn: Callable, cfg, path: Path, state: str, quiet: bool) -> dict:
+    """Start (``state == "fresh"``) or resume one run; returns its summary.
+
+    The trainer raises (TrainingDiverged) after writing a "diverged" summary.json: that is a result to
+    record, so the summary is returned and the comparison goes on. Any other exception propagates.
+    """
+    try:
+        if state == "resume":
+            summary = train_fn(None, resume=path, quiet=quiet)
+        else:
+            if path.exists():  # leftovers of a run killed before its first checkpoint: start clean
+                shutil.rmtree(path)
+            summary = train_fn(cfg, quiet=quiet)
+    except Exception as e:
+        on_disk = read_summary(path) or {}
+        if on_disk.get("status") != "diverged":
+            raise
+        return {**on_disk, "message": on_disk.get("message") or str(e)}
+    return summary if isinstance(summary, dict) else (read_summary(path) or {})
+
+
+def _result_line(summary: dict, seconds: float) -> str:
+    status = summary.get("status", "?")
+    loss = summary.get("final_val_loss")
+    if status == "finished" and isinstance(loss, (int, float)):
+        status += f", final val loss {loss:.4f}"
+    elif summary.get("steps") is not None:
+        status += f" at step {summary.get('diverged_at', summary['steps'])}"
+    return f"{status} ({seconds:.1f} s)"
+
+
+def compare(
+    base,
+    variants: list[str],
+    seeds: list[int],
+    out_dir,
+    *,
+    quiet: bool = False,
+    train_fn: Callable | None = None,
+) -> Path:
+    """Train every (variant, seed) on ``base``'s data and token budget, then write the report; returns report.md.
+
+    Each run is ``base`` with ``model.attention = variant`` and ``train.seed = seed``, written to
+    ``out_dir/<variant>/seed<k>``. ``base.out_dir`` is ignored. The first variant is the baseline of the
+    Welch tests. Resumable (see the module docstring). ``train_fn`` defaults to :func:`attnlab.train.train`
+    (tests inject a fake with the same signature). If a run comes back "interrupted" the comparison stops
+    there and the report covers what is done; rerunning resumes it.
+    """
+    from .report import write_report
+
+    variants, seeds = list(variants), list(seeds)
+    _check_lists(variants, seeds)
+    out_dir = Path(out_dir)
+    jobs = [(v, s, run_config(base, v, s, out_dir)) for v in variants for s in seeds]  # validates all up-front
+    resuming = check_or_write_spec(out_dir, spec_dict(base, variants, seeds))
+    train_fn = train_fn or _default_train_fn()
+    _say(quiet, f"compare: {len(variants)} variants x {len(seeds)} seeds -> {out_dir}"
+                + (" (resuming)" if resuming else ""))
+    for i, (variant, seed, cfg) in enumerate(jobs, 1):
+        path = run_dir(out_dir, variant, seed)
+        state = run_state(path)
+        head = f"[{i}/{len(jobs)}] {variant} seed {seed}:"
+        if state in ("finished", "diverged"):
+            _say(quiet, f"{head} already {state}, skipped")
+            continue
+        _say(quiet, f"{head} {'resuming' if state == 'resume' else 'starting'} ({path})")
+        start = time.perf_counter()
+        summary = _execute(train_fn, cfg, path, state, quiet)
+        _say(quiet, f"{head} {_result_line(summary, time.perf_counter() - start)}")
+        if summary.get("status") == "interrupted":
+            _say(quiet, "compare: interrupted; rerun the same command to resume")
+            break
+    report = write_report(out_dir)
+    _say(quiet, f"compare: report {report}")
+    return report

@@ -1,0 +1,400 @@
+"""The report of a comparison, built from the run directories on disk alone (so it can be regenerated).
+
+:func:`write_report` reads ``out_dir/compare.toml`` and every ``<variant>/seed<k>/{summary.json,metrics.jsonl}``
+and writes ``results.json`` (:func:`compute_results`), ``loss_curves.png`` (:func:`plot_loss_curves``) and
+``report.md`` (:func:`render_markdown`).
+
+Statistics use only *finished* runs with a finite final validation loss. Diverged, interrupted and missing
+runs are counted and listed, never averaged in.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..configio import load_toml
+from ..errors import ConfigError
+from .compare import SPEC_FILE, read_summary, run_dir
+from .stats import describe, welch_ttest
+
+__all__ = [
+    "RunRecord",
+    "collect_runs",
+    "compute_results",
+    "load_curve",
+    "plot_loss_curves",
+    "render_markdown",
+    "write_report",
+]
+
+
+# ------------------------------------------------------------------------------------------------ reading runs
+
+
+@dataclass
+class RunRecord:
+    """One (variant, seed) run as found on disk.
+
+    ``status``: the summary's status ("finished", "diverged", "interrupted"), "incomplete" (a directory
+    without a summary) or "missing". ``curve``: {step: (tokens, val_loss)} from metrics.jsonl.
+    """
+
+    variant: str
+    seed: int
+    path: Path
+    status: str
+    summary: dict = field(default_factory=dict)
+    curve: dict = field(default_factory=dict)
+
+    @property
+    def final_val_loss(self) -> float | None:
+        """The summary's final_val_loss, else the last validation loss logged; None if neither is finite."""
+        value = self.summary.get("final_val_loss")
+        if value is None and self.curve:
+            value = self.curve[max(self.curve)][1]
+        return float(value) if _finite(value) else None
+
+    @property
+    def usable(self) -> bool:
+        """Counts in the statistics: finished with a finite final validation loss."""
+        return self.status == "finished" and self.final_val_loss is not None
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def load_curve(path: Path) -> dict[int, tuple[float | None, float]]:
+    """{step: (tokens, val_loss)} of the evaluated steps in ``path/metrics.jsonl``.
+
+    Unparseable lines (a run killed mid-write) are skipped; a step logged twice (re-run after a resume) keeps
+    its last value.
+    """
+    curve = {}
+    try:
+        lines = (Path(path) / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return curve
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and _finite(row.get("val_loss")) and isinstance(row.get("step"), int):
+            tokens = row.get("tokens")
+            curve[row["step"]] = (tokens if _finite(tokens) else None, float(row["val_loss"]))
+    return dict(sorted(curve.items()))
+
+
+def collect_runs(out_dir, variants, seeds) -> list[RunRecord]:
+    """A :class:`RunRecord` per (variant, seed), in variant-major order."""
+    records = []
+    for variant in variants:
+        for seed in seeds:
+            path = run_dir(out_dir, variant, seed)
+            summary = read_summary(path)
+            if summary is not None:
+                status = str(summary.get("status", "incomplete"))
+            else:
+                status = "incomplete" if path.exists() else "missing"
+            records.append(RunRecord(variant, seed, path, status, summary or {}, load_curve(path)))
+    return records
+
+
+# ------------------------------------------------------------------------------------------------------ numbers
+
+
+def _settings(spec: dict) -> dict:
+    """The settings shared by every run, with the token budget spelled out."""
+    base = spec.get("base", {})
+    model, train, data = base.get("model", {}), base.get("train", {}), base.get("data", {})
+    steps, batch = train.get("max_steps"), train.get("batch_size")
+    block, accum = model.get("block_size"), train.get("grad_accum", 1)
+    per_step = batch * block * accum if None not in (batch, block, accum) else None
+    return {
+        "preset": base.get("preset"),
+        "variants": list(spec["variants"]),
+        "seeds": list(spec["seeds"]),
+        "max_steps": steps,
+        "batch_size": batch,
+        "block_size": block,
+        "grad_accum": accum,
+        "tokens_per_step": per_step,
+        "token_budget": steps * per_step if None not in (steps, per_step) else None,
+        "data": {k: data[k] for k in ("source", "tokenizer", "vocab_size", "val_fraction")
+                 if k in data and (k != "vocab_size" or data.get("tokenizer") == "bpe")},
+        "model": {k: model[k] for k in ("n_layer", "n_head", "n_embd", "dropout", "pos_encoding") if k in model},
+        "train": {k: train[k] for k in ("lr", "min_lr", "warmup_steps", "eval_tokens", "device", "dtype")
+                  if k in train},
+    }
+
+
+def _mean(values) -> float | None:
+    values = [float(v) for v in values if _finite(v)]
+    return sum(values) / len(values) if values else None
+
+
+def _params(records) -> int | None:
+    """The parameter count of a variant's runs (None if unknown or, unexpectedly, not the same for all)."""
+    counts = {r.summary.get("n_params") for r in records if isinstance(r.summary.get("n_params"), int)}
+    return counts.pop() if len(counts) == 1 else None
+
+
+def _run_row(r: RunRecord) -> dict:
+    s = r.summary
+    return {
+        "seed": r.seed,
+        "status": r.status,
+        "final_val_loss": r.final_val_loss,
+        "best_val_loss": s.get("best_val_loss") if _finite(s.get("best_val_loss")) else None,
+        "steps": s.get("steps"),
+        "tokens_seen": s.get("tokens_seen"),
+        "tokens_per_s": s.get("tokens_per_s") if _finite(s.get("tokens_per_s")) else None,
+        "wall_time_s": s.get("wall_time_s") if _finite(s.get("wall_time_s")) else None,
+        "n_params": s.get("n_params"),
+        "message": s.get("message"),
+        "dir": str(r.path),
+    }
+
+
+def _same_attention_as(spec: dict, variant: str, baseline: str) -> bool:
+    """Whether ``variant`` resolves to exactly the baseline's attention for this model (e.g. gqa with
+    n_kv_head = n_head is standard attention), so any difference between them is noise by construction."""
+    from ..config import GPTConfig
+    from ..configio import from_dict
+
+    model = {k: v for k, v in spec["base"].get("model", {}).items() if k != "attention"}
+    try:
+        resolve = lambda name: from_dict(GPTConfig, {**model, "attention": name}).resolved_attention()  # noqa: E731
+        return resolve(variant) == resolve(baseline)
+    except ConfigError:
+        return False
+
+
+def compute_results(spec: dict, records: list[RunRecord]) -> dict:
+    """All the report's numbers (the contents of results.json); None wherever a number is undefined."""
+    variants = list(spec["variants"])
+    by_variant = {v: [r for r in records if r.variant == v] for v in variants}
+    losses = {v: [r.final_val_loss for r in rs if r.usable] for v, rs in by_variant.items()}
+    baseline = variants[0]
+    base_summary = describe(losses[baseline])
+    rows = []
+    for v in variants:
+        rs, summ = by_variant[v], describe(losses[v])
+        is_base = v == baseline
+        delta = None if is_base or None in (summ.mean, base_summary.mean) else summ.mean - base_summary.mean
+        rows.append({
+            "variant": v,
+            "baseline": is_base,
+            "same_attention_as_baseline": not is_base and _same_attention_as(spec, v, baseline),
+            "n_seeds": len(rs),
+            "n_finished": len(losses[v]),
+            "n_diverged": sum(r.status == "diverged" for r in rs),
+            "n_unfinished": sum(r.status not in ("finished", "diverged") for r in rs),
+            "final_val_loss": summ.to_dict(),
+            "delta_vs_baseline": delta,
+            "welch_vs_baseline": None if is_base else welch_ttest(losses[v], losses[baseline]).to_dict(),
+            "tokens_per_s_mean": _mean(r.summary.get("tokens_per_s") for r in rs if r.usable),
+            "n_params": _params(rs),
+            "runs": [_run_row(r) for r in rs],
+        })
+    return {"baseline": baseline, "settings": _settings(spec), "variants": rows, "base_config": spec["base"]}
+
+
+# ----------------------------------------------------------------------------------------------------- markdown
+
+
+def _num(value, fmt: str, na: str = "n/a") -> str:
+    return na if value is None else format(value, fmt)
+
+
+def _table(results: dict) -> list[str]:
+    base = results["baseline"]
+    lines = [
+        f"| variant | finished | final val loss (mean ± std) | Δ vs {base} | Welch t | df | p | tokens/s | params |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in results["variants"]:
+        loss, w = row["final_val_loss"], row["welch_vs_baseline"]
+        finished = f"{row['n_finished']}/{row['n_seeds']}"
+        if row["n_diverged"]:
+            finished += f" ({row['n_diverged']} diverged)"
+        mean_std = "n/a" if loss["mean"] is None else f"{loss['mean']:.4f} ± {_num(loss['std'], '.4f')}"
+        if row["baseline"]:
+            delta, t, df, p = "(baseline)", "—", "—", "—"
+        else:
+            delta = _num(row["delta_vs_baseline"], "+.4f")
+            t, df, p = _num(w["t"], ".2f"), _num(w["df"], ".1f"), _num(w["p"], ".3g")
+        cells = [row["variant"], finished, mean_std, delta, t, df, p,
+                 _num(row["tokens_per_s_mean"], ",.0f"), _num(row["n_params"], ",")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _settings_lines(results: dict) -> list[str]:
+    s = results["settings"]
+    budget = (
+        f"{s['token_budget']:,} tokens per run = {s['max_steps']} steps × {s['batch_size']} batch × "
+        f"{s['block_size']} block × {s['grad_accum']} grad_accum"
+        if s["token_budget"] is not None else "n/a"
+    )
+    kv = lambda d: ", ".join(f"{k}={v}" for k, v in d.items())  # noqa: E731
+    return [
+        f"- preset: `{s['preset'] or '(none)'}`",
+        f"- token budget: {budget}",
+        f"- seeds: {', '.join(map(str, s['seeds']))} (the same seeds for every variant)",
+        f"- variants: {', '.join(s['variants'])} (baseline: {results['baseline']})",
+        f"- data: {kv(s['data'])}",
+        f"- model: {kv(s['model'])}",
+        f"- train: {kv(s['train'])}",
+        "- every run uses the same base config except `model.attention` and `train.seed` "
+        "(full config in `compare.toml`)",
+    ]
+
+
+def _notes(results: dict) -> list[str]:
+    n_tests = len(results["variants"]) - 1
+    notes = [
+        "Final val loss: mean and sample standard deviation (ddof=1) over the finished seeds; lower is better.",
+        f"Welch's unequal-variance t-test of each variant against {results['baseline']} (Welch 1947; "
+        "Welch–Satterthwaite degrees of freedom, Satterthwaite 1946), two-sided; t > 0 means a higher loss "
+        "than the baseline.",
+        "n/a: undefined (a standard deviation needs ≥ 2 finished seeds, a test ≥ 2 per side and some spread).",
+    ]
+    same = [row["variant"] for row in results["variants"] if row.get("same_attention_as_baseline")]
+    if same:
+        notes.append(f"{', '.join(same)}: the same attention as {results['baseline']} for this model "
+                     "(e.g. as many K/V heads as heads): it should reproduce the baseline's runs, "
+                     "and no difference is due to attention.")
+    if n_tests > 1:
+        notes.append(f"{n_tests} tests, p-values not corrected for multiple comparisons.")
+    notes.append("With few seeds the tests have little power: a large p-value is not evidence of no difference.")
+    return [f"- {n}" for n in notes]
+
+
+def _problem_runs(results: dict) -> list[str]:
+    lines = []
+    for row in results["variants"]:
+        for run in row["runs"]:
+            if run["status"] != "finished" or run["final_val_loss"] is None:
+                why = run["status"] if run["status"] != "finished" else "finished without a validation loss"
+                detail = f": {run['message']}" if run.get("message") else ""
+                lines.append(f"- {row['variant']} seed {run['seed']}: {why} (`{run['dir']}`){detail}")
+    return lines
+
+
+def _seed_table(results: dict) -> list[str]:
+    seeds = results["settings"]["seeds"]
+    lines = ["| variant | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---" * (len(seeds) + 1) + "|"]
+    for row in results["variants"]:
+        cells = [
+            _num(r["final_val_loss"], ".4f") if r["status"] == "finished" else r["status"] for r in row["runs"]
+        ]
+        lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def render_markdown(results: dict, curves_file: str | None = "loss_curves.png") -> str:
+    """report.md: results table, per-seed losses, settings, notes, runs left out, the loss-curve plot."""
+    parts = ["# Attention variant comparison", "", *_table(results), "", "## Final validation loss per seed", "",
+             *_seed_table(results), "", "## Settings", "", *_settings_lines(results), "", "## Notes", "",
+             *_notes(results)]
+    problems = _problem_runs(results)
+    if problems:
+        parts += ["", "## Runs left out of the statistics", "", *problems]
+    parts += ["", "## Validation loss curves", ""]
+    if curves_file:
+        parts.append(f"![validation loss vs tokens, mean ± 1 std over finished seeds]({curves_file})")
+    else:
+        parts.append("No validation losses logged yet.")
+    return "\n".join(parts) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------------ plotting
+
+
+def _mean_band(curves: list[dict]):
+    """x (tokens, else steps), mean and std (ddof=1; None for one curve) over the steps all curves share."""
+    steps = sorted(set.intersection(*(set(c) for c in curves)))
+    xs = [curves[0][s][0] if curves[0][s][0] is not None else s for s in steps]
+    stats = [describe([c[s][1] for c in curves]) for s in steps]
+    return xs, [st.mean for st in stats], [st.std for st in stats]
+
+
+def plot_loss_curves(records: list[RunRecord], variants: list[str], path) -> Path | None:
+    """Validation loss vs tokens: a mean line and a ±1 std band per variant over its finished seeds.
+
+    Returns ``path``, or None (nothing written) when no finished run has a validation loss.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure  # no pyplot: no global backend state
+
+    fig = Figure(figsize=(7, 4.5), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    drawn = False
+    for variant in variants:
+        curves = [r.curve for r in records if r.variant == variant and r.usable and r.curve]
+        if not curves:
+            continue
+        xs, mean, std = _mean_band(curves)
+        if not xs:
+            continue
+        (line,) = ax.plot(xs, mean, marker="o", markersize=3, label=f"{variant} (n={len(curves)})")
+        if len(curves) > 1:
+            lo = [m - s for m, s in zip(mean, std)]
+            hi = [m + s for m, s in zip(mean, std)]
+            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        drawn = True
+    if not drawn:
+        return None
+    use_tokens = any(r.curve and next(iter(r.curve.values()))[0] is not None for r in records)
+    ax.set_xlabel("tokens seen" if use_tokens else "step")
+    ax.set_ylabel("validation loss")
+    ax.set_title("Validation loss: mean ± 1 std over seeds")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------------- writing
+
+
+def load_spec(out_dir) -> dict:
+    """``out_dir/compare.toml``; a missing or malformed one is a one-line ConfigError."""
+    path = Path(out_dir) / SPEC_FILE
+    if not path.exists():
+        raise ConfigError(f"{out_dir} is not a comparison directory (no {SPEC_FILE})")
+    spec = load_toml(path)
+    if not (isinstance(spec.get("variants"), list) and spec["variants"] and isinstance(spec.get("seeds"), list)
+            and isinstance(spec.get("base"), dict)):
+        raise ConfigError(f"{path}: expected variants = [...], seeds = [...] and a [base] table")
+    return spec
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def write_report(out_dir) -> Path:
+    """Write results.json, loss_curves.png and report.md for the comparison in ``out_dir``; returns report.md."""
+    out_dir = Path(out_dir)
+    spec = load_spec(out_dir)
+    records = collect_runs(out_dir, spec["variants"], spec["seeds"])
+    results = compute_results(spec, records)
+    _write_text(out_dir / "results.json", json.dumps(results, indent=2, allow_nan=False) + "\n")
+    plot = plot_loss_curves(records, spec["variants"], out_dir / "loss_curves.png")
+    if plot is None:
+        (out_dir / "loss_curves.png").unlink(missing_ok=True)  # a stale plot would contradict the report
+    report = out_dir / "report.md"
+    _write_text(report, render_markdown(results, plot.name if plot else None))
+    return report

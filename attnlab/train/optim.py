@@ -1,0 +1,83 @@
+"""The optimiser: AdamW with weight decay on Linear weights only, and the learning-rate schedule.
+
+Weight decay (decoupled, Loshchilov & Hutter 2019) is applied only to the >= 2-D weights of ``nn.Linear``
+layers, the matrices that do the model's work. LayerNorm gains, biases and embeddings (the token embedding,
+which is also the tied output head, and learned position embeddings) are not decayed: shrinking them towards
+zero only fights the normalisation or removes information about rare tokens.
+
+The schedule (:func:`lr_at`) is a linear warmup from 0 to ``lr`` followed by a cosine decay to ``min_lr``
+(Loshchilov & Hutter 2017, "SGDR", without restarts), the schedule of GPT-3 (Brown et al. 2020, appendix B).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .config import TrainConfig
+
+__all__ = ["lr_at", "split_params", "param_groups", "make_optimizer", "set_lr"]
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate of optimizer step ``step`` (1-based: step k is the k-th update; lr_at(0) = 0).
+
+    With W = warmup_steps, S = max_steps, η = lr, η_min = min_lr::
+
+        k < W:            η · k / W                                          (linear warmup from 0)
+        W <= k <= S:      η_min + ½ (η − η_min) (1 + cos(π (k − W) / (S − W)))   (cosine decay)
+        k > S:            η_min
+
+    so ``lr_at(W) == lr`` and ``lr_at(S) == min_lr``. With ``decay_lr=False`` the rate stays η after warmup.
+    """
+    warmup, total = cfg.warmup_steps, cfg.max_steps
+    if step < warmup:
+        return cfg.lr * step / warmup
+    if not cfg.decay_lr or total <= warmup:
+        return cfg.lr
+    progress = min(1.0, (step - warmup) / (total - warmup))
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def split_params(model: nn.Module) -> tuple[list[tuple[str, nn.Parameter]], list[tuple[str, nn.Parameter]]]:
+    """(decay, no_decay): named trainable parameters, each parameter exactly once.
+
+    ``decay`` holds the >= 2-D ``weight`` of every ``nn.Linear`` that is not also an embedding table (the tied
+    ``lm_head.weight`` *is* ``wte.weight``, so it counts as an embedding). Everything else is ``no_decay``.
+    A parameter shared by several modules is listed once, under its first name.
+    """
+    embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    linear_ids = {
+        id(m.weight) for m in model.modules()
+        if isinstance(m, nn.Linear) and m.weight.dim() >= 2 and id(m.weight) not in embedding_ids
+    }
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():  # named_parameters() already yields a shared parameter once
+        if p.requires_grad:
+            (decay if id(p) in linear_ids else no_decay).append((name, p))
+    return decay, no_decay
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """The two AdamW parameter groups: Linear weights with ``weight_decay``, the rest with none."""
+    decay, no_decay = split_params(model)
+    return [
+        {"params": [p for _, p in decay], "weight_decay": weight_decay},
+        {"params": [p for _, p in no_decay], "weight_decay": 0.0},
+    ]
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig, device_type: str = "cpu") -> torch.optim.AdamW:
+    """AdamW over :func:`param_groups` (fused kernel on CUDA); the lr is set every step from :func:`lr_at`."""
+    extra = {"fused": True} if device_type == "cuda" else {}
+    return torch.optim.AdamW(
+        param_groups(model, cfg.weight_decay), lr=lr_at(0, cfg), betas=(cfg.beta1, cfg.beta2), **extra
+    )
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set the learning rate of every parameter group."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr

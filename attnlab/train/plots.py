@@ -1,0 +1,64 @@
+"""Loss curves as PNG images (matplotlib's object API with the Agg canvas: no pyplot global state, no display)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Iterable
+from pathlib import Path
+
+__all__ = ["read_metrics", "plot_losses"]
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """The rows of a metrics.jsonl file; unreadable lines (e.g. a half-written last line) are skipped."""
+    rows = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return rows
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            rows.append(row)
+    return rows
+
+
+def _series(rows: Iterable[dict], key: str) -> tuple[list[int], list[float]]:
+    pairs = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+    return [s for s, _ in pairs], [v for _, v in pairs]
+
+
+def plot_losses(rows: Iterable[dict] | str | Path, out_path: str | Path, title: str | None = None) -> Path:
+    """Plot train and validation loss against step from metrics rows (or a metrics.jsonl path) to a PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rows = read_metrics(rows) if isinstance(rows, (str, Path)) else list(rows)
+    fig = Figure(figsize=(7, 4.5), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for key, label, style in (("train_loss", "train", "-"), ("val_loss", "val", "o-")):
+        steps, values = _series(rows, key)
+        if steps:
+            ax.plot(steps, values, style, label=label, markersize=3)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    ax.grid(alpha=0.3)
+    if title:
+        ax.set_title(title)
+    if ax.get_lines():
+        ax.legend()
+    fig.tight_layout()
+    out_path = Path(out_path)
+    tmp = out_path.with_name(f".{out_path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        fig.savefig(tmp, format="png")
+        os.replace(tmp, out_path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out_path

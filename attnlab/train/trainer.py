@@ -1,0 +1,716 @@
+"""The training loop: :func:`train` a :class:`~attnlab.train.config.RunConfig`, then :func:`load_run` / :func:`sample`.
+
+A run directory holds::
+
+    config.toml      the resolved RunConfig (model.vocab_size from the tokenizer, out_dir = this directory)
+    tokenizer.json   a copy of the tokenizer (sampling needs no data cache)
+    metrics.jsonl    one JSON object per logged step (see _Trainer._row)
+    checkpoint/      model.safetensors + state.pt + meta.json, replaced atomically (see .checkpoint)
+    loss.png         train and validation loss against step
+    samples.txt      train.sample_tokens tokens sampled from the final model (seeded with train.seed)
+    summary.json     status ("finished" | "interrupted" | "diverged"), losses, throughput, MFU, ...
+    tensorboard/     TensorBoard event files (only with train.tensorboard = true)
+
+Steps are counted from 1: step k is the k-th optimizer update, made with learning rate ``lr_at(k)``; the
+metrics row of step k describes the model *after* that update. Step 0 is the untrained model (one validation
+row, when train.eval_interval > 0).
+
+Determinism: ``torch.manual_seed(train.seed)`` before the model is built (initialisation, dropout) and a
+dedicated ``torch.Generator`` seeded with train.seed draws the training batches; validation uses fixed windows.
+On CPU the same config gives bit-identical losses. A checkpoint stores everything the rest of the run depends on
+(weights, optimizer and grad-scaler state, batch-generator and RNG states, step, tokens, best val loss), so a
+resumed run continues bit-for-bit as if it had never stopped.
+
+Stopping: the first Ctrl-C (SIGINT) or SIGTERM asks the loop to stop at the end of the current step; it then
+saves a checkpoint and returns with status "interrupted". A second one raises KeyboardInterrupt at once; a
+KeyboardInterrupt that lands in the middle of a step rolls the step back (batch generator and RNG restored,
+gradients dropped), so the saved checkpoint is still a consistent step boundary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..configio import load_config, save_toml
+from ..data import Dataset, default_cache_dir, load_tokenizer, prepare
+from ..errors import ConfigError
+from ..model import GPT
+from . import distributed as D
+from .checkpoint import CHECKPOINT_DIR, WEIGHTS, find_checkpoint, load_checkpoint, load_weights, save_checkpoint
+from .config import RunConfig
+from .flops import device_name, flops_per_token, matmul_params, matmul_peak_gflops, mfu
+from .optim import lr_at, make_optimizer, set_lr
+from .plots import plot_losses, read_metrics
+
+__all__ = ["train", "load_run", "sample", "generate_text", "TrainingDiverged"]
+
+CONFIG_FILE = "config.toml"
+TOKENIZER_FILE = "tokenizer.json"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+SAMPLES_FILE = "samples.txt"
+PLOT_FILE = "loss.png"
+RUN_MARKERS = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_DIR)
+SAMPLE_TEMPERATURE = 0.8
+SAMPLE_TOP_K = 200
+_DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss (or gradient norm) became NaN or infinite. One-line message; summary.json says
+    "diverged" and the last good checkpoint is left untouched."""
+
+
+class _Diverged(Exception):
+    def __init__(self, step: int, what: str, value: float, lr: float):
+        super().__init__(step, what, value, lr)
+        self.step, self.what, self.value, self.lr = step, what, value, lr
+
+
+# ============================================================================================ public API
+
+
+def train(cfg: RunConfig | None = None, *, resume: str | Path | None = None, quiet: bool = False,
+          _after_step: Callable[[int], None] | None = None) -> dict:
+    """Train ``cfg`` (or continue the run in directory ``resume``) and return the summary dict.
+
+    With ``resume=DIR`` the config is DIR/config.toml and training continues from DIR's latest complete
+    checkpoint (from scratch in DIR if it has none). ``cfg`` may then be None; if given, its model must match
+    the saved one and its other settings (e.g. a larger train.max_steps) replace the saved ones. Otherwise the
+    run directory is ``cfg.resolved_out_dir()``, which must not already hold a run.
+
+    Returns the summary (also written to summary.json). Ctrl-C saves a checkpoint and returns with status
+    "interrupted"; a NaN/inf loss raises :class:`TrainingDiverged` after writing summary.json.
+    ``quiet=True`` prints nothing. Under ``torchrun`` every rank calls this; only rank 0 writes files.
+    ``_after_step(step)`` is an internal hook called after each completed step (tests raise
+    KeyboardInterrupt from it to simulate Ctrl-C).
+    """
+    trainer = _Trainer(cfg, resume=resume, quiet=quiet)
+    try:
+        return trainer.run(_after_step)
+    finally:
+        trainer.close()
+
+
+def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[GPT, object, RunConfig]:
+    """(model in eval mode with the latest checkpoint's weights, tokenizer, RunConfig) of a run directory.
+
+    Does not touch the global RNG state. ConfigError if ``run_dir`` is not a run or has no checkpoint yet.
+    """
+    run_dir = Path(run_dir)
+    cfg = _load_run_config(run_dir)
+    tokenizer_path = run_dir / TOKENIZER_FILE
+    if not tokenizer_path.is_file():
+        raise ConfigError(f"{run_dir} has no {TOKENIZER_FILE}; it is not a complete run directory")
+    tokenizer = load_tokenizer(tokenizer_path)
+    folder = find_checkpoint(run_dir)
+    if folder is None:
+        raise ConfigError(f"{run_dir} has no checkpoint yet (train it, or resume it, first)")
+    with torch.random.fork_rng(devices=[]):
+        model = GPT(cfg.model)
+    load_weights(model, folder / WEIGHTS)
+    return model.to(device).eval(), tokenizer, cfg
+
+
+def sample(run_dir: str | Path, prompt: str = "\n", max_new_tokens: int = 500, temperature: float = 0.8,
+           top_k: int | None = 200, seed: int = 0) -> str:
+    """Text sampled from a run's latest checkpoint after ``prompt``: the ``max_new_tokens`` generated tokens
+    decoded by the run's tokenizer (the prompt itself is not repeated). Reproducible for a given ``seed``."""
+    model, tokenizer, _ = load_run(run_dir)
+    return generate_text(model, tokenizer, prompt, max_new_tokens, temperature, top_k, seed)
+
+
+@torch.no_grad()
+def generate_text(model: GPT, tokenizer, prompt: str, max_new_tokens: int, temperature: float = 0.8,
+                  top_k: int | None = 200, seed: int = 0) -> str:
+    """Decode ``max_new_tokens`` tokens sampled from ``model`` after ``prompt`` (own seeded generator)."""
+    if not isinstance(prompt, str) or not prompt:
+        raise ConfigError("the prompt must be a non-empty string (e.g. '\\n')")
+    try:
+        ids = tokenizer.encode(prompt)
+    except ValueError as e:
+        raise ConfigError(f"cannot encode the prompt: {e}") from None
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    was_training = model.training
+    model.eval()
+    try:
+        idx = torch.tensor([ids], dtype=torch.long, device=device)
+        out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, generator=generator)
+    finally:
+        model.train(was_training)
+    return tokenizer.decode(out[0, len(ids):].tolist())
+
+
+# ============================================================================================ helpers
+
+
+def _load_run_config(run_dir: Path) -> RunConfig:
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise ConfigError(f"{run_dir} is not a run directory (no {CONFIG_FILE})")
+    return load_config(RunConfig, run_dir / CONFIG_FILE)
+
+
+def _resolve(cfg: RunConfig | None, resume) -> tuple[RunConfig, Path, bool]:
+    """(config, run directory, resuming?) from train()'s arguments."""
+    if resume is None:
+        if not isinstance(cfg, RunConfig):
+            raise ConfigError(f"train() needs a RunConfig (or resume=RUN_DIR), got {type(cfg).__name__}")
+        return cfg, Path(cfg.resolved_out_dir()), False
+    run_dir = Path(resume)
+    saved = _load_run_config(run_dir)
+    if cfg is not None:
+        if not isinstance(cfg, RunConfig):
+            raise ConfigError(f"train() needs a RunConfig or None with resume=, got {type(cfg).__name__}")
+        if cfg.model.replace(vocab_size=saved.model.vocab_size) != saved.model:
+            raise ConfigError(f"cannot resume {run_dir} with a different [model] than the one it was trained with")
+        saved = cfg
+    return saved.replace(out_dir=str(run_dir)), run_dir, True
+
+
+def _resolve_device(name: str) -> torch.device:
+    """train.device -> torch.device ("auto": cuda, else mps, else cpu); ConfigError if unavailable."""
+    mps = getattr(torch.backends, "mps", None)
+    has_mps = bool(mps and mps.is_available())
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if has_mps else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device='cuda' but no CUDA device is available; use train.device=cpu or auto")
+    if name == "mps" and not has_mps:
+        raise ConfigError("train.device='mps' but MPS is not available; use train.device=cpu or auto")
+    return torch.device(name)
+
+
+def _finite_or_none(value):
+    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Atomic JSON write (non-finite floats become null)."""
+    clean = {k: (_finite_or_none(v) if isinstance(v, float) else v) for k, v in data.items()}
+    _write_text(path, json.dumps(clean, indent=2) + "\n")
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _rng_state(device: torch.device) -> dict:
+    """The torch CPU RNG state and, on CUDA, the device's RNG state."""
+    state = {"cpu": torch.get_rng_state(), "cuda": None}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_rng_state(state: dict, device: torch.device) -> None:
+    torch.set_rng_state(state["cpu"])
+    if device.type == "cuda" and state.get("cuda") is not None:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def _tensorboard_class():
+    """torch.utils.tensorboard.SummaryWriter; a one-line ConfigError if the tensorboard package is missing."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ConfigError("train.tensorboard=true needs the tensorboard package: pip install tensorboard") from None
+    return SummaryWriter
+
+
+# ============================================================================================ the trainer
+
+
+class _Trainer:
+    """One training session of one run directory (see the module docstring for the life cycle)."""
+
+    def __init__(self, cfg: RunConfig | None, *, resume=None, quiet: bool = False):
+        self.info = D.dist_info()
+        cfg, run_dir, resuming = _resolve(cfg, resume)
+        self.tc = cfg.train
+        self.quiet = quiet or not self.info.is_main
+        self.tensorboard = None
+        self.signals = {}
+        if self.tc.tensorboard:
+            _tensorboard_class()  # fail early, on every rank alike
+        device = _resolve_device(self.tc.device)
+        self.rows_slice = D.local_slice(self.tc.batch_size, self.info)  # checked before any process group exists
+        self.owns_group = D.init_distributed(self.info, device.type)
+        try:
+            self.device = D.device_for(self.info, device.type)
+            self.run_dir = Path(D.broadcast_object(str(run_dir), self.info))  # ranks agree on a timestamped name
+            self._check_run_dir(resuming)
+            self.ds = self._prepare_data(cfg)
+            self.cfg = cfg.replace(model=cfg.model.replace(vocab_size=self.ds.vocab_size), out_dir=str(self.run_dir))
+            self._check_tokenizer(resuming)
+            self._build()
+            if resuming:
+                self._restore()
+            self._write_run_files(resuming)
+            self._wrap_model()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------------------------------ set-up
+
+    def _check_run_dir(self, resuming: bool) -> None:
+        if not resuming and any((self.run_dir / name).exists() for name in RUN_MARKERS):
+            raise ConfigError(
+                f"{self.run_dir} already holds a run; resume it (resume={str(self.run_dir)!r}) "
+                f"or choose another out_dir"
+            )
+        D.barrier(self.info)  # every rank has checked before rank 0 writes anything
+
+    def _prepare_data(self, cfg: RunConfig) -> Dataset:
+        """prepare() the data; under DDP rank 0 fills the cache first and the others then read it."""
+        ds = prepare(cfg.data) if self.info.is_main else None
+        D.barrier(self.info)
+        return ds if ds is not None else prepare(cfg.data)
+
+    def _check_tokenizer(self, resuming: bool) -> None:
+        saved = self.run_dir / TOKENIZER_FILE
+        if resuming and saved.is_file() and load_tokenizer(saved).to_json() != self.ds.tokenizer.to_json():
+            raise ConfigError(
+                f"the data now gives a different tokenizer than {saved}; cannot resume (was [data] changed?)"
+            )
+
+    def _build(self) -> None:
+        """Model, optimizer, grad scaler, batch generator, bookkeeping state (seeded as documented)."""
+        tc = self.tc
+        torch.manual_seed(tc.seed)
+        self.model = GPT(self.cfg.model).to(self.device)
+        if self.info.enabled:  # independent dropout streams per rank (the init above is identical on all)
+            torch.manual_seed(tc.seed + self.info.rank)
+        self.optimizer = make_optimizer(self.model, tc, self.device.type)
+        self.amp_dtype = _DTYPES[tc.dtype]
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=tc.dtype == "float16")
+        self.gen = torch.Generator().manual_seed(tc.seed)
+        self.step = self.tokens = 0
+        self.saved_step = None  # the step of the checkpoint on disk
+        self.best_val = self.last_val = self.last_eval_step = None
+        self.last_stats = {}
+        self.elapsed_before = 0.0
+        self.session_start = time.perf_counter()
+        self.session_all = [0, 0.0]  # tokens, seconds of this session's steps
+        self.session_warm = [0, 0.0]  # the same without the session's first step (one-off costs)
+        self.window_tokens, self.window_time = 0, 0.0
+        self.phase = "idle"
+        self.stop_requested = self.stop_agreed = False
+        self.snapshot = None
+        self.tokens_per_step = tc.batch_size * tc.grad_accum * self.cfg.model.block_size
+        self.flops_per_token = flops_per_token(matmul_params(self.model), self.cfg.model)
+
+    def _restore(self) -> None:
+        """Load the latest complete checkpoint of the run directory (none: start from scratch in it)."""
+        folder = find_checkpoint(self.run_dir)
+        if folder is None:
+            return
+        state = load_checkpoint(folder, self.model, map_location="cpu")
+        self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.gen.set_state(state["batch_generator"])
+        rng = state["rng"]
+        _set_rng_state(rng[self.info.rank] if len(rng) == self.info.world_size else rng[0], self.device)
+        self.step = self.saved_step = int(state["step"])
+        self.tokens = int(state["tokens"])
+        self.best_val, self.last_val = state.get("best_val_loss"), state.get("last_val_loss")
+        self.last_eval_step = state.get("last_eval_step")
+        self.last_stats = state.get("last_stats") or {}
+        self.elapsed_before = float(state.get("elapsed_s", 0.0))
+
+    def _write_run_files(self, resuming: bool) -> None:
+        """config.toml, tokenizer.json, metrics.jsonl (cut back to the checkpoint's step when resuming)."""
+        if self.info.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            save_toml(self.cfg, self.run_dir / CONFIG_FILE)
+            _write_text(self.run_dir / TOKENIZER_FILE, self.ds.tokenizer.to_json())
+            rows = {}
+            for row in read_metrics(self.run_dir / METRICS_FILE) if resuming else []:
+                if row["step"] <= self.step:
+                    rows.setdefault(row["step"], row)
+            self.logged_steps = set(rows)
+            _write_text(self.run_dir / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in rows.values()))
+            if self.tc.tensorboard:  # purge_step drops events a previous session logged after the checkpoint
+                writer = _tensorboard_class()
+                self.tensorboard = writer(log_dir=str(self.run_dir / "tensorboard"), purge_step=self.step + 1)
+        D.barrier(self.info)
+
+    def _wrap_model(self) -> None:
+        """self.model (plain GPT, for saving and sampling) -> self.fwd (compiled?) -> self.ddp (DDP-wrapped?)."""
+        self.model.train()
+        self.fwd = torch.compile(self.model) if self.tc.compile else self.model
+        self.ddp = self.fwd
+        if self.info.enabled:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.ddp = nn.parallel.DistributedDataParallel(self.fwd, device_ids=ids)
+
+    def close(self) -> None:
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+            self.tensorboard = None
+        D.shutdown_distributed(self.owns_group)
+
+    # ------------------------------------------------------------------------------------------ schedule
+
+    def _eval_due(self, k: int) -> bool:
+        ei = self.tc.eval_interval
+        return k == self.tc.max_steps or (ei > 0 and k % ei == 0)
+
+    def _row_due(self, k: int) -> bool:
+        return k % self.tc.log_interval == 0 or self._eval_due(k)
+
+    def _checkpoint_due(self, k: int) -> bool:
+        ci = self.tc.checkpoint_interval
+        return k > 0 and (k == self.tc.max_steps or (ci > 0 and k % ci == 0))
+
+    # ------------------------------------------------------------------------------------------ one step
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                              enabled=self.amp_dtype is not None)
+
+    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's slice of the next global micro-batch (every rank draws the same global batch)."""
+        x, y = self.ds.get_batch("train", self.tc.batch_size, self.cfg.model.block_size, self.gen)
+        x, y = x[self.rows_slice], y[self.rows_slice]
+        if self.device.type == "cuda":
+            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
+        return x.to(self.device), y.to(self.device)
+
+    def _take_snapshot(self) -> None:
+        """What a step changes before its update: restored if the step is interrupted."""
+        self.snapshot = (self.gen.get_state(), _rng_state(self.device))
+
+    def _rollback(self) -> None:
+        self.gen.set_state(self.snapshot[0])
+        _set_rng_state(self.snapshot[1], self.device)
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _forward_backward(self) -> torch.Tensor:
+        """grad_accum micro-batches, each loss scaled by 1/grad_accum; returns their mean loss (detached)."""
+        ga = self.tc.grad_accum
+        total = torch.zeros((), device=self.device)
+        for micro in range(ga):
+            x, y = self._next_batch()
+            no_sync = self.info.enabled and micro < ga - 1
+            with self.ddp.no_sync() if no_sync else contextlib.nullcontext():
+                with self._autocast():
+                    _, loss = self.ddp(x, y)
+                self.scaler.scale(loss / ga).backward()
+            total += loss.detach().float()
+        return total / ga
+
+    def _grad_norm(self) -> float:
+        """Global gradient norm before clipping; clips to train.grad_clip when it is > 0."""
+        self.scaler.unscale_(self.optimizer)
+        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if self.tc.grad_clip > 0:
+            return float(nn.utils.clip_grad_norm_(params, self.tc.grad_clip))
+        return float(nn.utils.get_total_norm([p.grad for p in params]))
+
+    def _train_step(self) -> dict:
+        """Take step self.step + 1; raises _Diverged (before updating anything) on a non-finite loss."""
+        k = self.step + 1
+        lr = lr_at(k, self.tc)
+        set_lr(self.optimizer, lr)
+        start = time.perf_counter()
+        self._take_snapshot()
+        self.phase = "step"
+        loss = self._forward_backward()
+        reduced = D.all_reduce(torch.stack([loss, torch.tensor(float(self.stop_requested), device=self.device)]),
+                               self.info)
+        loss_value = float(reduced[0]) / self.info.world_size
+        self.stop_agreed = bool(reduced[1] > 0)
+        if not math.isfinite(loss_value):
+            raise _Diverged(k, "training loss", loss_value, lr)
+        grad_norm = self._grad_norm()
+        if not self.scaler.is_enabled() and not math.isfinite(grad_norm):
+            raise _Diverged(k, "gradient norm", grad_norm, lr)
+        self.phase = "update"
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step, self.tokens = k, self.tokens + self.tokens_per_step
+        self.phase = "bookkeeping"
+        elapsed = time.perf_counter() - start
+        if self.session_all[1] > 0:  # the first step of a session pays one-off costs (allocations, compilation)
+            self.session_warm[0] += self.tokens_per_step
+            self.session_warm[1] += elapsed
+        self.session_all[0] += self.tokens_per_step
+        self.session_all[1] += elapsed
+        self.window_tokens += self.tokens_per_step
+        self.window_time += elapsed
+        return {"train_loss": loss_value, "lr": lr, "grad_norm": grad_norm, "step_time_s": elapsed}
+
+    # ------------------------------------------------------------------------------------------ evaluation
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean validation loss over train.eval_tokens tokens (fixed windows; batches shared out over ranks)."""
+        self.fwd.eval()
+        total, count = 0.0, 0
+        batches = self.ds.val_batches(self.tc.eval_tokens, self.tc.batch_size, self.cfg.model.block_size)
+        for i, (x, y) in enumerate(batches):
+            if i % self.info.world_size != self.info.rank:
+                continue
+            with self._autocast():
+                _, loss = self.fwd(x.to(self.device), y.to(self.device))
+            total += float(loss) * x.shape[0]  # every window has block_size targets: weight batches by rows
+            count += x.shape[0]
+        self.fwd.train()
+        if self.info.enabled:
+            sums = D.all_reduce(torch.tensor([total, count], dtype=torch.float64, device=self.device), self.info)
+            total, count = float(sums[0]), float(sums[1])
+        return total / count
+
+    # ------------------------------------------------------------------------------------------ bookkeeping
+
+    def _bookkeeping(self, k: int, stats: dict) -> None:
+        """After step k: validation, the metrics row, TensorBoard, checkpoint — whichever are due."""
+        self.phase = "bookkeeping"
+        self.last_stats = stats
+        val = None
+        if self._eval_due(k):
+            val = self.evaluate()
+            self.last_val, self.last_eval_step = val, k
+            if math.isfinite(val) and (self.best_val is None or val < self.best_val):
+                self.best_val = val
+        if self._row_due(k) or val is not None:
+            self._log_row(k, stats, val)
+        if self._checkpoint_due(k) and self.saved_step != k:
+            self._save()
+        self.phase = "idle"
+
+    def _row(self, k: int, stats: dict, val: float | None) -> dict:
+        """A metrics.jsonl row: step, tokens seen, train loss of step k (mean over its micro-batches and ranks),
+        val loss (null unless evaluated), lr used by step k, gradient norm before clipping, throughput."""
+        tps = self.window_tokens / self.window_time if self.window_time > 0 else stats.get("tokens_per_s")
+        return {
+            "step": k,
+            "tokens": self.tokens,
+            "train_loss": stats.get("train_loss"),
+            "val_loss": val,
+            "lr": stats.get("lr", lr_at(k, self.tc)),
+            "grad_norm": _finite_or_none(stats.get("grad_norm")),
+            "tokens_per_s": tps,
+            "step_time_s": stats.get("step_time_s"),
+        }
+
+    def _log_row(self, k: int, stats: dict, val: float | None) -> None:
+        row = self._row(k, stats, val)
+        self.last_stats = {**stats, "tokens_per_s": row["tokens_per_s"]}
+        self.window_tokens, self.window_time = 0, 0.0
+        if not self.info.is_main:
+            return
+        with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        self.logged_steps.add(k)
+        if self.tensorboard is not None:
+            for key in ("train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s"):
+                if row[key] is not None:
+                    self.tensorboard.add_scalar(key, row[key], k)
+        if val is not None:
+            self._print(f"step {k}: val loss {val:.4f}" + (
+                f", train loss {row['train_loss']:.4f}" if row["train_loss"] is not None else ""))
+
+    def _save(self) -> None:
+        """Checkpoint the current step boundary (collective under DDP: gathers every rank's RNG state)."""
+        rng = D.gather_objects(_rng_state(self.device), self.info)
+        if self.info.is_main:
+            state = {
+                "format": 1,
+                "step": self.step,
+                "tokens": self.tokens,
+                "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
+                "batch_generator": self.gen.get_state(),
+                "rng": rng,
+                "world_size": self.info.world_size,
+                "best_val_loss": self.best_val,
+                "last_val_loss": self.last_val,
+                "last_eval_step": self.last_eval_step,
+                "last_stats": self.last_stats,
+                "elapsed_s": self._elapsed(),
+            }
+            save_checkpoint(self.run_dir, self.model, state, {"tokens": self.tokens})
+        self.saved_step = self.step
+        D.barrier(self.info)
+
+    # ------------------------------------------------------------------------------------------ the loop
+
+    def run(self, after_step: Callable[[int], None] | None = None) -> dict:
+        """Train to train.max_steps (or until stopped); returns the summary."""
+        self._install_signals()
+        bar = self._progress_bar()
+        status = "finished"
+        try:
+            self._catch_up()
+            while self.step < self.tc.max_steps and not self._should_stop():
+                stats = self._train_step()
+                self._bookkeeping(self.step, stats)
+                bar.update(1)
+                tok_s = self.tokens_per_step / max(stats["step_time_s"], 1e-9)
+                bar.set_postfix(loss=f"{stats['train_loss']:.4f}", tok_s=f"{tok_s:.0f}", refresh=False)
+                if after_step is not None:
+                    after_step(self.step)
+            if self.step < self.tc.max_steps:
+                status = "interrupted"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            if self.phase == "step":
+                self._rollback()
+        except _Diverged as d:
+            bar.close()
+            self._diverged(d)
+        finally:
+            self._restore_signals()
+            bar.close()
+        return self._finish(status)
+
+    def _catch_up(self) -> None:
+        """Step 0 validation on a fresh run; after a resume, redo a row the interruption left unwritten."""
+        k = self.step
+        due = (k == 0 and self.tc.eval_interval > 0) or (k > 0 and self._row_due(k))
+        if due and self.info.is_main:
+            due = k not in self.logged_steps
+        if D.broadcast_object(due, self.info):
+            self._bookkeeping(k, self.last_stats if k else {})
+
+    def _should_stop(self) -> bool:
+        return self.stop_agreed if self.info.enabled else self.stop_requested
+
+    def _finish(self, status: str) -> dict:
+        """Save (unless already saved at this step), samples, plot and summary; returns the summary."""
+        if self.phase != "update" and self.saved_step != self.step:
+            self._save()
+        if self.info.is_main and status == "finished" and self.tc.sample_tokens > 0:
+            text = generate_text(self.model, self.ds.tokenizer, "\n", self.tc.sample_tokens,
+                                 SAMPLE_TEMPERATURE, SAMPLE_TOP_K, self.tc.seed)
+            _write_text(self.run_dir / SAMPLES_FILE, text)
+        return self._summary(status)  # the caller (CLI) reports summary["checkpoint"] when interrupted
+
+    def _diverged(self, d: _Diverged) -> None:
+        """Write summary.json (status "diverged") without saving a checkpoint, then raise TrainingDiverged."""
+        self._rollback()
+        ckpt = find_checkpoint(self.run_dir)
+        message = (
+            f"training diverged at step {d.step}: the {d.what} is {d.value} (lr {d.lr:.3g}); "
+            f"the last good checkpoint ({ckpt or 'none saved yet'}) is untouched; "
+            f"try a lower train.lr, more train.warmup_steps or train.grad_clip > 0"
+        )
+        self._summary("diverged", message=message, diverged_at=d.step)
+        raise TrainingDiverged(message)
+
+    # ------------------------------------------------------------------------------------------ outputs
+
+    def _elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.session_start
+
+    def _summary(self, status: str, **extra) -> dict:
+        """The summary dict, written (with loss.png) to the run directory by rank 0.
+
+        status "finished" | "interrupted" | "diverged"; steps (completed optimizer steps); final_val_loss (the
+        latest validation, at step final_val_step) and best_val_loss; final_train_loss (of the last step);
+        tokens_seen; wall_time_s (from model construction to now, summed over resumed sessions); n_params (all,
+        tied counted once) and n_params_non_embedding; flops_per_token (see flops.flops_per_token);
+        tokens_per_s (this session's training steps without its first one; global under DDP); mfu =
+        tokens_per_s * flops_per_token / (matmul_peak_gflops * 1e9 * world_size); variant, preset, seed, device,
+        device_name, dtype, world_size, run_dir (= out_dir), checkpoint (the latest complete checkpoint folder); plus
+        message and diverged_at for a diverged run.
+        """
+        tokens, seconds = self.session_warm if self.session_warm[1] > 0 else self.session_all
+        tps = tokens / seconds if seconds > 0 else None
+        peak = None
+        if self.info.is_main and tps:
+            peak = matmul_peak_gflops(self.device, self.cfg.data.cache_dir or default_cache_dir())
+        ckpt = find_checkpoint(self.run_dir) if self.info.is_main else None
+        summary = {
+            "status": status,
+            "steps": self.step,
+            "max_steps": self.tc.max_steps,
+            "final_val_loss": self.last_val,
+            "final_val_step": self.last_eval_step,
+            "best_val_loss": self.best_val,
+            "final_train_loss": self.last_stats.get("train_loss"),
+            "tokens_seen": self.tokens,
+            "wall_time_s": self._elapsed(),
+            "n_params": sum(p.numel() for p in self.model.parameters()),
+            "n_params_non_embedding": self.model.num_params(),
+            "flops_per_token": self.flops_per_token,
+            "tokens_per_s": tps,
+            "mfu": mfu(tps or 0.0, self.flops_per_token, peak or 0.0, self.info.world_size) if peak else None,
+            "matmul_peak_gflops": peak,
+            "variant": self.cfg.variant_name,
+            "preset": self.cfg.preset,
+            "seed": self.tc.seed,
+            "device": str(self.device.type),
+            "device_name": device_name(self.device),
+            "dtype": self.tc.dtype,
+            "world_size": self.info.world_size,
+            "run_dir": str(self.run_dir),
+            "out_dir": str(self.run_dir),  # the same; the name of the config field
+            "checkpoint": str(ckpt) if ckpt else None,
+            **extra,
+        }
+        if self.info.is_main:
+            _write_json(self.run_dir / SUMMARY_FILE, summary)
+            plot_losses(self.run_dir / METRICS_FILE, self.run_dir / PLOT_FILE,
+                        title=f"{self.cfg.variant_name} ({self.run_dir.name})")
+        return summary
+
+    def _print(self, text: str) -> None:
+        if not self.quiet:
+            from tqdm import tqdm
+
+            tqdm.write(text, file=sys.stderr)
+
+    def _progress_bar(self):
+        from tqdm import tqdm
+
+        if not self.quiet:
+            n = sum(p.numel() for p in self.model.parameters())
+            self._print(f"training {self.cfg.variant_name} ({n / 1e6:.2f}M parameters) on "
+                        f"{device_name(self.device)} x{self.info.world_size} -> {self.run_dir}")
+        return tqdm(total=self.tc.max_steps, initial=self.step, unit="step", disable=self.quiet,
+                    dynamic_ncols=True, file=sys.stderr)
+
+    # ------------------------------------------------------------------------------------------ signals
+
+    def _install_signals(self) -> None:
+        """SIGINT / SIGTERM: first one -> stop after this step; second one -> KeyboardInterrupt now."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.signals[sig] = signal.signal(sig, self._on_signal)
+
+    def _restore_signals(self) -> None:
+        for sig, handler in self.signals.items():
+            signal.signal(sig, handler)
+        self.signals = {}
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.stop_requested and self.phase != "update":
+            raise KeyboardInterrupt
+        if not self.stop_requested:
+            self._print("stopping after this step and saving a checkpoint (press Ctrl-C again to stop at once)")
+        self.stop_requested = True

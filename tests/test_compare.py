@@ -1,0 +1,384 @@
+"""attnlab.experiments: statistics against independent formulas, the report from planted run directories,
+resumability with a fake trainer, the compare.toml guard, and one real end-to-end comparison."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+import scipy.stats
+
+from attnlab.configio import load_config, save_toml
+from attnlab.errors import ConfigError
+from attnlab.experiments import compare, describe, run_dir, welch_ttest, write_report
+from attnlab.experiments.compare import check_or_write_spec, spec_dict
+from attnlab.presets import load_preset
+from attnlab.train.config import RunConfig
+from attnlab.train.checkpoint import META, STATE, WEIGHTS
+
+# ------------------------------------------------------------------------------------------------- statistics
+
+
+def welch_by_hand(a, b):
+    """Welch (1947) t and Welch–Satterthwaite (Satterthwaite 1946) df, written out independently."""
+    na, nb = len(a), len(b)
+    ma, mb = sum(a) / na, sum(b) / nb
+    va = sum((x - ma) ** 2 for x in a) / (na - 1)
+    vb = sum((x - mb) ** 2 for x in b) / (nb - 1)
+    ea, eb = va / na, vb / nb
+    t = (ma - mb) / math.sqrt(ea + eb)
+    df = (ea + eb) ** 2 / (ea**2 / (na - 1) + eb**2 / (nb - 1))
+    return t, df
+
+
+def test_describe_matches_statistics_module():
+    xs = [2.51, 2.47, 2.55, 2.49]
+    s = describe(xs)
+    assert s.n == 4
+    assert s.mean == pytest.approx(statistics.mean(xs), rel=1e-12)
+    assert s.std == pytest.approx(statistics.stdev(xs), rel=1e-12)  # ddof=1
+
+
+def test_describe_small_samples():
+    assert describe([]).to_dict() == {"n": 0, "mean": None, "std": None}
+    assert describe([3.0]).to_dict() == {"n": 1, "mean": 3.0, "std": None}
+    assert describe([3.0, 3.0]).std == 0.0
+    with pytest.raises(ValueError, match="non-finite"):
+        describe([1.0, float("nan")])
+
+
+@pytest.mark.parametrize("na,nb,sa,sb,shift", [(2, 2, 0.1, 0.1, 0.0), (3, 5, 0.05, 0.3, 0.2),
+                                               (8, 3, 1.0, 0.01, -0.5), (4, 4, 0.02, 0.02, 0.01)])
+def test_welch_matches_independent_formula_and_scipy(na, nb, sa, sb, shift):
+    rng = random.Random(na * 100 + nb)
+    a = [2.0 + shift + rng.gauss(0, sa) for _ in range(na)]
+    b = [2.0 + rng.gauss(0, sb) for _ in range(nb)]
+    res = welch_ttest(a, b)
+    t, df = welch_by_hand(a, b)
+    assert res.t == pytest.approx(t, rel=1e-9)
+    assert res.df == pytest.approx(df, rel=1e-9)
+    assert min(na, nb) - 1 <= res.df <= na + nb - 2  # Welch–Satterthwaite bounds
+    assert res.p == pytest.approx(scipy.stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-9)
+    assert res.p == pytest.approx(2 * scipy.stats.t.sf(abs(t), df), rel=1e-9)  # two-sided, from the formulas
+    assert res.reason is None
+
+
+def test_welch_sign_and_known_value():
+    # a = [1, 2, 3], b = [2, 3, 5]: means 2 and 10/3, variances 1 and 7/3 -> t = -(4/3)/sqrt(10/9) = -1.2649,
+    # df = (10/9)^2 / ((1/3)^2/2 + (7/9)^2/2) = 3.4483
+    res = welch_ttest([1, 2, 3], [2, 3, 5])
+    assert res.t == pytest.approx(-(4 / 3) / math.sqrt(10 / 9), rel=1e-12)
+    assert res.df == pytest.approx((10 / 9) ** 2 / ((1 / 9) / 2 + (49 / 81) / 2), rel=1e-12)
+    assert welch_ttest([2, 3, 5], [1, 2, 3]).t == pytest.approx(-res.t)
+
+
+def test_welch_undefined_cases_are_none_not_nan():
+    one = welch_ttest([2.5], [2.4, 2.6])
+    assert (one.t, one.df, one.p) == (None, None, None) and "2 values" in one.reason
+    flat = welch_ttest([2.5, 2.5], [2.4, 2.4])
+    assert (flat.t, flat.df, flat.p) == (None, None, None) and "zero variance" in flat.reason
+    half = welch_ttest([2.5, 2.5, 2.5], [2.3, 2.4])  # one flat sample: defined, df = n_other - 1
+    t, df = welch_by_hand([2.5, 2.5, 2.5], [2.3, 2.4])
+    assert half.t == pytest.approx(t) and half.df == pytest.approx(df) == 1.0
+    assert 0 < half.p < 1
+
+
+# ------------------------------------------------------------------------------------- fake runs and a fake trainer
+
+STEPS = (10, 20, 30)
+
+
+def tiny() -> RunConfig:
+    return load_preset("tiny")
+
+
+def plant_run(path: Path, cfg: RunConfig, status: str, final: float, *, tokens_per_s=1000.0, n_params=5000,
+              curve=None, checkpoint=False, summary=True) -> None:
+    """A run directory as the trainer writes it: config.toml, metrics.jsonl, summary.json, checkpoint/."""
+    path.mkdir(parents=True, exist_ok=True)
+    save_toml(cfg, path / "config.toml")
+    curve = curve or {s: final + (30 - s) * 0.01 for s in STEPS}
+    with open(path / "metrics.jsonl", "w") as f:
+        for step in range(1, max(curve) + 1):
+            row = {"step": step, "tokens": step * 256, "train_loss": 3.0, "val_loss": curve.get(step), "lr": 1e-3,
+                   "grad_norm": 1.0, "tokens_per_s": tokens_per_s, "step_time_s": 0.01}
+            f.write(json.dumps(row) + "\n")
+    if checkpoint:  # complete as find_checkpoint judges it: weights, state and meta.json with the step
+        folder = path / "checkpoint"
+        folder.mkdir(exist_ok=True)
+        (folder / WEIGHTS).write_bytes(b"")
+        (folder / STATE).write_bytes(b"")
+        (folder / META).write_text(json.dumps({"step": max(curve)}))
+    if summary:
+        (path / "summary.json").write_text(json.dumps({
+            "status": status, "steps": max(curve), "final_val_loss": final if status != "diverged" else float("nan"),
+            "best_val_loss": min(curve.values()), "tokens_seen": max(curve) * 256, "wall_time_s": 1.0,
+            "n_params": n_params, "tokens_per_s": tokens_per_s, "mfu": None,
+            "variant": cfg.variant_name, "seed": cfg.train.seed,
+        }))
+
+
+class FakeTrainer:
+    """Same signature as attnlab.train.train; records its calls and writes a plausible run directory."""
+
+    def __init__(self, outcomes=None):
+        self.calls = []  # (variant, seed, "fresh" | "resume", cfg or None)
+        self.outcomes = outcomes or {}  # (variant, seed) -> status
+
+    def __call__(self, cfg, *, resume=None, quiet=False):
+        if resume is not None:
+            assert cfg is None
+            path = Path(resume)
+            cfg = load_config(RunConfig, path / "config.toml")
+            self.calls.append((cfg.variant_name, cfg.train.seed, "resume", None))
+        else:
+            path = Path(cfg.out_dir)
+            assert not path.exists() or not any(path.iterdir()), "fresh runs must start in a clean directory"
+            self.calls.append((cfg.variant_name, cfg.train.seed, "fresh", cfg))
+        status = self.outcomes.get((cfg.variant_name, cfg.train.seed), "finished")
+        final = 2.0 + 0.1 * ["standard", "gqa", "mqa"].index(cfg.variant_name) + 0.01 * cfg.train.seed
+        plant_run(path, cfg, status, final, checkpoint=True)
+        if status == "diverged":  # like the real trainer: summary.json first, then an exception
+            raise RuntimeError("training diverged at step 30")
+        return json.loads((path / "summary.json").read_text())
+
+
+def table_rows(report: Path) -> dict[str, list[str]]:
+    """The main markdown table of report.md as {variant: cells}."""
+    rows = {}
+    for line in report.read_text().splitlines():
+        if line.startswith("| variant |"):
+            if rows:
+                break
+            continue
+        if line.startswith("|---"):
+            continue
+        if line.startswith("| "):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0]] = cells[1:]
+        elif rows:
+            break
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------- the report
+
+
+def test_report_from_planted_runs(tmp_path):
+    base = tiny()
+    variants, seeds = ["standard", "gqa", "mqa"], [0, 1, 2]
+    check_or_write_spec(tmp_path, spec_dict(base, variants, seeds))
+    losses = {"standard": [2.50, 2.54, 2.46], "gqa": [2.60, 2.58, 2.65], "mqa": [2.55]}
+    speed = {"standard": [1000.0, 1100.0, 1200.0], "gqa": [1500.0, 1600.0, 1700.0], "mqa": [900.0]}
+    params = {"standard": 6000, "gqa": 5500, "mqa": 5200}
+    for v in variants:
+        for i, s in enumerate(seeds):
+            cfg = base.replace(model=base.model.replace(attention=v), train=base.train.replace(seed=s))
+            if v == "mqa" and s == 1:
+                plant_run(run_dir(tmp_path, v, s), cfg, "diverged", 0.0, n_params=params[v])
+            elif v == "mqa" and s == 2:
+                continue  # never started
+            else:
+                plant_run(run_dir(tmp_path, v, s), cfg, "finished", losses[v][i], tokens_per_s=speed[v][i],
+                          n_params=params[v])
+    report = write_report(tmp_path)
+
+    rows = table_rows(report)
+    assert list(rows) == variants
+    sa, sg = losses["standard"], losses["gqa"]
+    t, df = welch_by_hand(sg, sa)
+    p = scipy.stats.ttest_ind(sg, sa, equal_var=False).pvalue
+    assert rows["standard"] == ["3/3", f"{statistics.mean(sa):.4f} ± {statistics.stdev(sa):.4f}",
+                                "(baseline)", "—", "—", "—", "1,100", "6,000"]
+    assert rows["gqa"] == ["3/3", f"{statistics.mean(sg):.4f} ± {statistics.stdev(sg):.4f}",
+                           f"{statistics.mean(sg) - statistics.mean(sa):+.4f}", f"{t:.2f}", f"{df:.1f}",
+                           f"{p:.3g}", "1,600", "5,500"]
+    assert rows["mqa"] == ["1/3 (1 diverged)", "2.5500 ± n/a", f"{2.55 - statistics.mean(sa):+.4f}",
+                           "n/a", "n/a", "n/a", "900", "5,200"]
+
+    text = report.read_text()
+    assert "7,680 tokens per run = 30 steps × 8 batch × 32 block × 1 grad_accum" in text
+    assert "preset: `tiny`" in text and "seeds: 0, 1, 2" in text
+    assert "mqa seed 1: diverged" in text and "mqa seed 2: missing" in text
+    assert "Welch 1947" in text and "Satterthwaite 1946" in text
+    assert "gqa: the same attention as standard" in text  # tiny has n_head=2 = gqa's n_kv_head
+
+    results = json.loads((tmp_path / "results.json").read_text())  # strict JSON: no NaN anywhere
+    assert results["baseline"] == "standard"
+    assert results["settings"]["token_budget"] == 30 * 8 * 32 * 1
+    gqa = results["variants"][1]
+    assert gqa["final_val_loss"]["mean"] == pytest.approx(statistics.mean(sg))
+    assert gqa["final_val_loss"]["std"] == pytest.approx(statistics.stdev(sg))
+    assert gqa["welch_vs_baseline"]["t"] == pytest.approx(t)
+    assert gqa["welch_vs_baseline"]["df"] == pytest.approx(df)
+    assert gqa["welch_vs_baseline"]["p"] == pytest.approx(p)
+    assert gqa["same_attention_as_baseline"] is True
+    mqa = results["variants"][2]
+    assert mqa["same_attention_as_baseline"] is False
+    assert mqa["final_val_loss"] == {"n": 1, "mean": 2.55, "std": None}
+    assert mqa["welch_vs_baseline"]["t"] is None and mqa["welch_vs_baseline"]["reason"]
+    assert [r["status"] for r in mqa["runs"]] == ["finished", "diverged", "missing"]
+    assert (tmp_path / "loss_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_without_any_finished_run(tmp_path):
+    check_or_write_spec(tmp_path, spec_dict(tiny(), ["standard", "gqa"], [0]))
+    report = write_report(tmp_path)
+    rows = table_rows(report)
+    assert rows["standard"][:2] == ["0/1", "n/a"] and rows["gqa"][2:6] == ["n/a"] * 4
+    assert not (tmp_path / "loss_curves.png").exists()
+    assert "No validation losses logged yet." in report.read_text()
+
+
+def test_write_report_needs_a_comparison_dir(tmp_path):
+    with pytest.raises(ConfigError, match="not a comparison directory"):
+        write_report(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------- compare()
+
+
+def test_compare_runs_the_grid_with_identical_settings(tmp_path, capsys):
+    fake = FakeTrainer()
+    base = tiny().replace(out_dir="ignored")
+    report = compare(base, ["standard", "gqa"], [3, 4], tmp_path / "cmp", train_fn=fake)
+    assert report == tmp_path / "cmp" / "report.md" and report.exists()
+    assert [(v, s, how) for v, s, how, _ in fake.calls] == [
+        ("standard", 3, "fresh"), ("standard", 4, "fresh"), ("gqa", 3, "fresh"), ("gqa", 4, "fresh")]
+    for v, s, _, cfg in fake.calls:
+        assert cfg.out_dir == str(tmp_path / "cmp" / v / f"seed{s}")
+        assert cfg.replace(model=cfg.model.replace(attention="standard"), train=cfg.train.replace(seed=1337),
+                           out_dir="ignored") == base  # nothing else differs: data, token budget, schedule
+    out = capsys.readouterr().out
+    assert out.count("starting") == 4 and "[4/4] gqa seed 4: finished" in out
+    for name in ("compare.toml", "results.json", "loss_curves.png"):
+        assert (tmp_path / "cmp" / name).exists()
+
+
+def test_compare_resumes(tmp_path):
+    out = tmp_path / "cmp"
+    variants, seeds = ["standard", "gqa", "mqa"], [0, 1]
+    first = FakeTrainer(outcomes={("mqa", 0): "diverged"})
+    compare(tiny(), variants, seeds, out, quiet=True, train_fn=first)
+    assert len(first.calls) == 6
+
+    # standard/0 finished (kept); standard/1 interrupted with a checkpoint; gqa/0 killed after a checkpoint
+    # (no summary); gqa/1 never started; mqa/0 diverged (kept, not retried); mqa/1 killed before any checkpoint
+    summary = json.loads((run_dir(out, "standard", 1) / "summary.json").read_text())
+    (run_dir(out, "standard", 1) / "summary.json").write_text(json.dumps({**summary, "status": "interrupted"}))
+    (run_dir(out, "gqa", 0) / "summary.json").unlink()
+    shutil.rmtree(run_dir(out, "gqa", 1))
+    (run_dir(out, "mqa", 1) / "summary.json").unlink()
+    shutil.rmtree(run_dir(out, "mqa", 1) / "checkpoint")
+
+    second = FakeTrainer()
+    compare(tiny(), variants, seeds, out, quiet=True, train_fn=second)
+    assert [(v, s, how) for v, s, how, _ in second.calls] == [
+        ("standard", 1, "resume"), ("gqa", 0, "resume"), ("gqa", 1, "fresh"), ("mqa", 1, "fresh")]
+
+    third = FakeTrainer()
+    compare(tiny(), variants, seeds, out, quiet=True, train_fn=third)
+    assert third.calls == []
+    rows = table_rows(out / "report.md")
+    assert rows["mqa"][0] == "1/2 (1 diverged)" and rows["standard"][0] == rows["gqa"][0] == "2/2"
+
+
+def test_compare_stops_when_a_run_is_interrupted(tmp_path, capsys):
+    fake = FakeTrainer(outcomes={("standard", 0): "interrupted"})
+    report = compare(tiny(), ["standard", "gqa"], [0, 1], tmp_path, train_fn=fake)
+    assert len(fake.calls) == 1 and report.exists()
+    assert "rerun the same command to resume" in capsys.readouterr().out
+    assert table_rows(report)["standard"][0] == "0/2"
+
+
+def test_compare_propagates_a_crash(tmp_path):
+    def crashing(cfg, *, resume=None, quiet=False):
+        Path(cfg.out_dir).mkdir(parents=True)
+        raise RuntimeError("out of memory")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        compare(tiny(), ["standard"], [0, 1], tmp_path, quiet=True, train_fn=crashing)
+
+
+def test_compare_refuses_a_different_existing_comparison(tmp_path):
+    compare(tiny(), ["standard", "gqa"], [0, 1], tmp_path, quiet=True, train_fn=FakeTrainer())
+    longer = tiny().replace(train=tiny().train.replace(max_steps=60))
+    cases = [
+        (longer, ["standard", "gqa"], [0, 1], r"train\.max_steps: 30 -> 60"),
+        (tiny(), ["standard", "gqa"], [0, 1, 2], r"seeds: \[0, 1\] -> \[0, 1, 2\]"),
+        (tiny(), ["standard", "mqa"], [0, 1], r"variants: \['standard', 'gqa'\] -> \['standard', 'mqa'\]"),
+    ]
+    for base, variants, seeds, match in cases:
+        fake = FakeTrainer()
+        with pytest.raises(ConfigError, match=match) as info:
+            compare(base, variants, seeds, tmp_path, quiet=True, train_fn=fake)
+        assert "\n" not in str(info.value) and "already holds a different comparison" in str(info.value)
+        assert fake.calls == []
+    # the same comparison, with a different attention/seed/out_dir in the base (set per run anyway): resumes
+    same = tiny().replace(out_dir="elsewhere", model=tiny().model.replace(attention="mqa"))
+    fake = FakeTrainer()
+    compare(same, ["standard", "gqa"], [0, 1], tmp_path, quiet=True, train_fn=fake)
+    assert fake.calls == []
+
+
+def test_compare_rejects_bad_lists_up_front(tmp_path):
+    out = tmp_path / "cmp"
+    with pytest.raises(ConfigError, match="unknown attention variant 'gqq' \\(did you mean 'gqa'\\?\\)"):
+        compare(tiny(), ["standard", "gqq"], [0], out, train_fn=FakeTrainer())
+    with pytest.raises(ConfigError, match="duplicate seed 1"):
+        compare(tiny(), ["standard"], [1, 1], out, train_fn=FakeTrainer())
+    with pytest.raises(ConfigError, match="non-empty list"):
+        compare(tiny(), [], [0], out, train_fn=FakeTrainer())
+    with pytest.raises(ConfigError, match="seed -1"):
+        compare(tiny(), ["standard"], [-1], out, train_fn=FakeTrainer())
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------------------------------------- end to end
+
+
+def test_compare_end_to_end_tiny(tmp_path):
+    try:
+        from attnlab.train import train
+    except ImportError:
+        try:
+            from attnlab.train.trainer import train
+        except ImportError as e:
+            pytest.skip(f"the trainer is not available yet: {e}")
+    base = tiny()
+    base = base.replace(
+        data=dataclasses.replace(base.data, cache_dir=str(tmp_path / "cache")),
+        train=base.train.replace(max_steps=6, warmup_steps=1, eval_interval=3, eval_tokens=256, batch_size=4,
+                                 sample_tokens=0, log_interval=3),
+    )
+    calls = []
+
+    def counting_train(cfg, **kw):
+        calls.append(cfg)
+        return train(cfg, **kw)
+
+    report = compare(base, ["standard", "mqa"], [0, 1], tmp_path / "cmp", quiet=True, train_fn=counting_train)
+    assert len(calls) == 4
+    results = json.loads((tmp_path / "cmp" / "results.json").read_text())
+    for row in results["variants"]:
+        assert row["n_finished"] == 2, row["runs"]
+        assert math.isfinite(row["final_val_loss"]["mean"]) and row["final_val_loss"]["std"] is not None
+        assert row["n_params"] > 0
+    assert results["variants"][1]["welch_vs_baseline"]["df"] is not None
+    assert results["settings"]["token_budget"] == 6 * 4 * 32
+    assert (tmp_path / "cmp" / "loss_curves.png").exists() and "| mqa | 2/2 |" in report.read_text()
+    compare(base, ["standard", "mqa"], [0, 1], tmp_path / "cmp", quiet=True, train_fn=counting_train)
+    assert len(calls) == 4  # everything finished: nothing retrained
+
+    # a run killed after its last checkpoint but before summary.json: resumed through the real trainer
+    (run_dir(tmp_path / "cmp", "mqa", 1) / "summary.json").unlink()
+    compare(base, ["standard", "mqa"], [0, 1], tmp_path / "cmp", quiet=True, train_fn=counting_train)
+    assert len(calls) == 5 and calls[-1] is None
+    again = json.loads((tmp_path / "cmp" / "results.json").read_text())
+    assert again["variants"][1]["final_val_loss"] == results["variants"][1]["final_val_loss"]
