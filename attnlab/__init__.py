@@ -3,6 +3,7 @@
 from .config import AttentionConfig, GPTConfig
 from .errors import ConfigError
 from .functional import attention
+from .functional.magnitude import magnitude, magnitude_weights, prefix_magnitude
 from .model import GPT
 from .nn import Attention
 from .variants import get_variant, register, variant_info, variants
@@ -12,4 +13,5 @@ __version__ = "0.1.0"
 __all__ = [
     "AttentionConfig", "GPTConfig", "ConfigError", "attention", "GPT", "Attention",
     "get_variant", "register", "variant_info", "variants",
+    "magnitude", "magnitude_weights", "prefix_magnitude",
 ]

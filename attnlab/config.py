@@ -19,6 +19,10 @@ MASK_FORMS = ("additive", "renormalize")
 BACKENDS = ("auto", "sdpa", "explicit")
 POS_ENCODINGS = ("none", "learned", "sinusoidal", "rope")
 ACTIVATIONS = ("gelu_tanh", "gelu")
+MAGNITUDE_FORMS = ("off", "global", "causal", "prefix")
+MAGNITUDE_KERNELS = ("gaussian", "laplacian")
+MAGNITUDE_SOLVERS = ("cholesky", "cg")
+MAGNITUDE_GATES = ("clamp", "seed", "linear")
 
 
 def config_from_dict(cls, data: dict, *, where: str = ""):
@@ -48,6 +52,20 @@ class AttentionConfig:
     causal: bool = True
     mask_form: str = "additive"  # "additive": -inf inside the softmax; "renormalize": Mask(B) after it (seed 002)
     backend: str = "auto"  # "auto": SDPA whenever the options reduce to it; "sdpa" (require it); "explicit"
+    # Magnitude gate on the values, Attn(Q, K, g o V) (seed 000; attnlab.functional.magnitude):
+    #   "global": mu = (Z + eps I)^-1 1 over all keys (bidirectional; in a causal model it leaks the future)
+    #   "causal": per key, w_j = weight of key j inside its own prefix {1..j} (exact; keeps the SDPA fast path)
+    #   "prefix": per (i, j), M_ij = weight of key j inside query i's prefix {1..i} (exact; explicit path)
+    magnitude: str = "off"
+    magnitude_t: float = 1.0  # initial t in Z_jl = exp(-t ||k_j - k_l||^2 / d_k), learned as log t (stays > 0)
+    magnitude_eps: float = 1e-3  # Tikhonov eps in (Z + eps I) mu = 1; > 0 bounds cond and gradients (duplicates)
+    magnitude_kernel: str = "gaussian"  # "gaussian" (seed 000) or "laplacian": exp(-t ||k_j - k_l||)
+    magnitude_solver: str = "cholesky"  # exact; "cg": conjugate gradient truncated at magnitude_cg_iters (global only)
+    magnitude_cg_iters: int = 5  # seed 000: "3-5 iterations"
+    magnitude_gate: str = "clamp"  # "clamp": sigmoid(beta clamp(mu,0,1) + gamma); "seed": sigmoid(beta mu + gamma); "linear": clamp(beta mu + gamma, 0, 1)
+    magnitude_beta: float = 1.0  # initial beta (learnable)
+    magnitude_gamma: float = 0.0  # initial gamma (learnable)
+    allow_future_leak: bool = False  # permit magnitude="global" with causal=True (reproduces seed 000 as written; leaks)
 
     def __post_init__(self):
         for name in ("n_head", "n_kv_head"):
@@ -69,10 +87,12 @@ class AttentionConfig:
             raise ConfigError(f"attention.causal={self.causal!r} must be true or false")
         check_choice("attention.mask_form", self.mask_form, MASK_FORMS)
         check_choice("attention.backend", self.backend, BACKENDS)
+        self._check_magnitude()
         if self.backend == "sdpa" and not self.sdpa_compatible:
+            extra = ", magnitude='prefix' (a per-(i, j) gate)" if self.magnitude == "prefix" else ""
             raise ConfigError(
                 f"attention.backend='sdpa' cannot compute normalizer={self.normalizer!r}, "
-                f"mask_form={self.mask_form!r}; use backend='auto' or 'explicit'"
+                f"mask_form={self.mask_form!r}{extra}; use backend='auto' or 'explicit'"
             )
         if self.n_head is not None and self.n_kv_head is not None and self.n_head % self.n_kv_head:
             raise ConfigError(
@@ -80,10 +100,45 @@ class AttentionConfig:
                 f"n_kv_head must divide n_head (n_kv_head=n_head: MHA, 1: MQA)"
             )
 
+    def _check_magnitude(self) -> None:
+        """The magnitude fields (seed 000): values, and the forms that would break causality or cannot be solved."""
+        check_choice("attention.magnitude", self.magnitude, MAGNITUDE_FORMS)
+        check_number("attention.magnitude_t", self.magnitude_t, low=0.0, low_open=True)
+        check_number("attention.magnitude_eps", self.magnitude_eps, low=0.0)
+        check_choice("attention.magnitude_kernel", self.magnitude_kernel, MAGNITUDE_KERNELS)
+        check_choice("attention.magnitude_solver", self.magnitude_solver, MAGNITUDE_SOLVERS)
+        check_number("attention.magnitude_cg_iters", self.magnitude_cg_iters, low=1, integer=True)
+        check_choice("attention.magnitude_gate", self.magnitude_gate, MAGNITUDE_GATES)
+        check_number("attention.magnitude_beta", self.magnitude_beta)
+        check_number("attention.magnitude_gamma", self.magnitude_gamma)
+        if not isinstance(self.allow_future_leak, bool):
+            raise ConfigError(f"attention.allow_future_leak={self.allow_future_leak!r} must be true or false")
+        if self.magnitude == "global" and self.causal and not self.allow_future_leak:
+            raise ConfigError(
+                "attention.magnitude='global' with causal=true leaks the future: mu_j is solved over all keys, so "
+                "position i's gate sees keys after i; use magnitude='causal' or 'prefix' (exact prefix forms), "
+                "causal=false, or allow_future_leak=true to reproduce seed 000 as written"
+            )
+        if self.magnitude in ("causal", "prefix") and self.magnitude_solver != "cholesky":
+            raise ConfigError(
+                f"attention.magnitude={self.magnitude!r} needs magnitude_solver='cholesky': the prefix forms come "
+                f"from one Cholesky factor, and CG solves a single system, not every prefix"
+            )
+        if self.magnitude == "prefix" and not self.causal:
+            raise ConfigError(
+                "attention.magnitude='prefix' gates key j by its weight inside query i's prefix (j <= i), which "
+                "needs causal=true; use magnitude='global' for bidirectional attention"
+            )
+
     @property
     def sdpa_compatible(self) -> bool:
-        """True when the math reduces to softmax(q.k' * s + mask) v, which PyTorch's SDPA computes."""
-        return self.normalizer == "softmax" and not (self.causal and self.mask_form == "renormalize")
+        """True when the math reduces to softmax(q.k' * s + mask) v, which PyTorch's SDPA computes.
+
+        A per-key magnitude gate ("global", "causal") multiplies v and keeps this; the per-(i, j) "prefix" gate
+        multiplies each weight p_ij and does not.
+        """
+        return (self.normalizer == "softmax" and not (self.causal and self.mask_form == "renormalize")
+                and self.magnitude != "prefix")
 
     def replace(self, **changes) -> "AttentionConfig":
         return dataclasses.replace(self, **changes)

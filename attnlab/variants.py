@@ -18,16 +18,17 @@ class Variant:
     config: AttentionConfig
     description: str
     source: str
+    notes: str = ""
 
 
 _REGISTRY: dict[str, Variant] = {}
 
 
-def register(name: str, description: str, source: str, **fields) -> Variant:
-    """Register ``name`` as AttentionConfig(**fields). Names are unique."""
+def register(name: str, description: str, source: str, *, notes: str = "", **fields) -> Variant:
+    """Register ``name`` as AttentionConfig(**fields). Names are unique; notes: caveats, design choices."""
     if name in _REGISTRY:
         raise ValueError(f"variant {name!r} is already registered")
-    variant = Variant(name, AttentionConfig(**fields), description, source)
+    variant = Variant(name, AttentionConfig(**fields), description, source, notes)
     _REGISTRY[name] = variant
     return variant
 
@@ -68,4 +69,19 @@ register(
 register(
     "mask-renormalize", "causal mask as Mask(B): softmax over all keys, then zero the future and renormalise",
     "seed 002 (masking, form 2)", mask_form="renormalize",
+)
+register(
+    "magnitude-causal", "magnitude-gated values, per key: g_j = gate(weight of key j inside its own prefix 1..j)",
+    "seed 000 (magnitude attention), causal form", magnitude="causal",
+    notes="exact w_j = y_j / L_jj from Z + eps I = L L', y = L^-1 1 (shared/notes/magnitude-numerics.md); keeps the "
+          "SDPA fast path. Not the seed's global mu, which leaks the future in a causal model: that one is "
+          "AttentionConfig(magnitude='global', causal=False), or allow_future_leak=True to reproduce the seed. "
+          "A cluster of m clones gets gates of 1, 1/2, ..., 1/m (sum ~ ln m, not 1 unit): each key is judged "
+          "by the keys before it only.",
+)
+register(
+    "magnitude-prefix", "magnitude-gated values, per (i, j): g_ij = gate(weight of key j inside query i's prefix 1..i)",
+    "seed 000 (magnitude attention), exact prefix form", magnitude="prefix",
+    notes="exact M_ij = sum_{m=j..i} (L^-1)_mj y_m: row i is mu of the keys query i may see, so a cluster of m "
+          "clones sums to m/(m+eps) ~ 1 unit as in the seed; needs the explicit path (no SDPA), O(T^3) per head.",
 )

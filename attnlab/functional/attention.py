@@ -24,13 +24,15 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
 
 
-def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", return_weights=False, backend="auto"):
-    """Whether :func:`attention` will call SDPA for these options."""
-    reducible = normalizer == "softmax" and not (causal and mask_form == "renormalize") and not return_weights
+def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", return_weights=False, backend="auto",
+              value_gate=False):
+    """Whether :func:`attention` will call SDPA for these options (value_gate: whether one is given)."""
+    reducible = (normalizer == "softmax" and not (causal and mask_form == "renormalize") and not return_weights
+                 and not value_gate)
     if backend == "sdpa" and not reducible:
         raise ValueError(
-            "backend='sdpa' cannot compute normalizer='none', mask_form='renormalize' or return weights; "
-            "use backend='auto' or 'explicit'"
+            "backend='sdpa' cannot compute normalizer='none', mask_form='renormalize', a value_gate or return "
+            "weights; use backend='auto' or 'explicit'"
         )
     return reducible and backend != "explicit"
 
@@ -49,6 +51,7 @@ def attention(
     dropout_p: float = 0.0,
     return_weights: bool = False,
     backend: str = "auto",
+    value_gate: torch.Tensor | None = None,
 ):
     """Attention over q [B, H, T, d], k [B, Hkv, S, d], v [B, Hkv, S, dv]; H must be a multiple of Hkv.
 
@@ -57,6 +60,8 @@ def attention(
         causal masking then just zeroes the weights of future keys, as there is no normalisation to mask inside).
     mask_form: "additive" (-inf inside the softmax) or "renormalize" (Mask(softmax(z)) of seed 002).
     dropout_p: dropout on the weights (pass 0 at evaluation).
+    value_gate: optional [B, H or Hkv, T, S] gate g_ij on value j as seen by query i: o_i = sum_j p_ij g_ij v_j
+        (seed 000's per-(i, j) prefix magnitude gate); explicit path only. The returned weights are p, ungated.
     Returns the output [B, H, T, dv], or (output, weights [B, H, T, S]) when return_weights.
     """
     b, h, t, d = q.shape
@@ -67,8 +72,10 @@ def attention(
         raise ValueError(f"causal attention needs as many queries as keys, got {t} queries and {s} keys")
     scale = default_scale(d) if scale is None else scale
 
+    if value_gate is not None and (value_gate.shape[-2:] != (t, s) or h % value_gate.shape[1]):
+        raise ValueError(f"value_gate must have shape [B, H or Hkv, {t}, {s}], got {tuple(value_gate.shape)}")
     if uses_sdpa(normalizer=normalizer, causal=causal, mask_form=mask_form,
-                 return_weights=return_weights, backend=backend):
+                 return_weights=return_weights, backend=backend, value_gate=value_gate is not None):
         dv = v.shape[-1]
         if kernel == "rbf":
             q, k = rbf_augment(q, k)  # softmax(-||q-k||^2 s/2T) = softmax(<q',k'> s/T)
@@ -97,5 +104,8 @@ def attention(
             weights = weights.masked_fill(~keep, 0.0)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    out = weights @ v  # o_i = sum_j p_ij v_j
+    if value_gate is None:
+        out = weights @ v  # o_i = sum_j p_ij v_j
+    else:
+        out = (weights * repeat_kv(value_gate, h // value_gate.shape[1])) @ v  # o_i = sum_j p_ij g_ij v_j (seed 000)
     return (out, weights) if return_weights else out

@@ -8,6 +8,7 @@ from torch import nn
 from ..config import AttentionConfig
 from ..errors import ConfigError
 from ..functional.attention import attention
+from .gates import MagnitudeGate
 
 
 class Attention(nn.Module):
@@ -15,6 +16,8 @@ class Attention(nn.Module):
 
         q = x W_q,  k = x W_k,  v = x W_v       (n_kv_head K/V heads shared by n_head / n_kv_head queries each)
         y = concat_h(attention(q_h, k_g(h), v_g(h))) W_o
+    With config.magnitude != "off", a MagnitudeGate of the (pre-RoPE) keys gates the values (seed 000):
+    v_j <- g_j v_j ("global", "causal"; the SDPA path stays), or p_ij <- p_ij g_ij ("prefix"; explicit path).
     """
 
     def __init__(self, config: AttentionConfig, n_embd: int):
@@ -33,6 +36,7 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(n_embd, self.n_kv_head * self.head_dim, bias=bias)
         self.out_proj = nn.Linear(self.n_head * self.head_dim, n_embd, bias=bias)
         self.resid_dropout = nn.Dropout(self.attn_dropout)
+        self.magnitude = MagnitudeGate.from_config(config) if config.magnitude != "off" else None
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """[B, T, n * head_dim] -> [B, n, T, head_dim]."""
@@ -43,6 +47,13 @@ class Attention(nn.Module):
         q = self._heads(self.q_proj(x), self.n_head)
         k = self._heads(self.k_proj(x), self.n_kv_head)
         v = self._heads(self.v_proj(x), self.n_kv_head)
+        value_gate = None
+        if self.magnitude is not None:  # keys before RoPE: clones of a token stay clones at every position
+            g = self.magnitude(k).to(v.dtype)  # [B, Hkv, S] or, for "prefix", [B, Hkv, T, S]
+            if cfg.magnitude == "prefix":
+                value_gate = g  # o_i = sum_j p_ij g_ij v_j
+            else:
+                v = v * g.unsqueeze(-1)  # Attn(Q, K, Gate o V)   (seed 000, step 3)
         if rope is not None:
             q, k = rope(q), rope(k)
         out = attention(
@@ -50,6 +61,7 @@ class Attention(nn.Module):
             causal=cfg.causal, scale=cfg.scale, temperature=cfg.temperature, kernel=cfg.kernel,
             normalizer=cfg.normalizer, mask_form=cfg.mask_form, backend=cfg.backend,
             dropout_p=self.attn_dropout if self.training else 0.0, return_weights=return_weights,
+            value_gate=value_gate,
         )
         out, weights = out if return_weights else (out, None)
         y = self.resid_dropout(self.out_proj(out.transpose(1, 2).flatten(-2)))

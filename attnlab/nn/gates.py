@@ -1,0 +1,98 @@
+"""The magnitude gate of seed 000 as a module: it holds t, beta, gamma; the math is attnlab.functional.magnitude."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..functional import magnitude as M
+
+FORMS = ("global", "causal", "prefix")
+
+
+class MagnitudeGate(nn.Module):
+    """Keys k [B, H, S, d] -> value gates: [B, H, S] (forms "global", "causal") or [B, H, S, S] ("prefix").
+
+        Z = exp(-t ||k_j - k_l||^2 / d)          t = exp(log_t): learnable and always > 0
+        "global": g_j  = gate(mu_j),  (Z + eps I) mu = 1 over all keys          (seed 000 as written)
+        "causal": g_j  = gate(y_j / L_jj)        key j's weight inside its own prefix {1..j}   (exact, causal)
+        "prefix": g_ij = gate(M_ij)              key j's weight inside query i's prefix {1..i}  (exact, causal)
+        gate(w)  = sigmoid(beta clamp(w, 0, 1) + gamma) | sigmoid(beta w + gamma) | clamp(beta w + gamma, 0, 1)
+
+    After each forward, ``last_stats`` holds floats a trainer can log per layer: t, magnitude_over_n (|X|/N of the
+    whole key set, mean over batch and heads), residual (largest relative residual of the solve; CG's truncation
+    error), mu_min / mu_max (over the weights the gate reads), jitter (largest Cholesky jitter; 0 normally),
+    gate_mean. Set ``record_stats = False`` to skip them (each costs a device sync).
+    """
+
+    def __init__(self, form: str = "causal", *, t: float = 1.0, eps: float = 1e-3, kernel: str = "gaussian",
+                 solver: str = "cholesky", cg_iters: int = 5, gate: str = "clamp", beta: float = 1.0,
+                 gamma: float = 0.0, record_stats: bool = True):
+        super().__init__()
+        if form not in FORMS:
+            raise ValueError(f"form={form!r} is not allowed; choose one of: {', '.join(map(repr, FORMS))}")
+        if form != "global" and solver != "cholesky":
+            raise ValueError(f"form={form!r} needs solver='cholesky' (CG is not causal)")
+        if gate not in M.GATES:
+            raise ValueError(f"gate={gate!r} is not allowed; choose one of: {', '.join(map(repr, M.GATES))}")
+        if not t > 0:
+            raise ValueError(f"t={t!r} must be > 0")
+        self.form, self.eps, self.kernel, self.solver = form, float(eps), kernel, solver
+        self.cg_iters, self.gate_form, self.record_stats = cg_iters, gate, record_stats
+        self.log_t = nn.Parameter(torch.tensor(math.log(t)))  # t = exp(log t) > 0
+        self.beta = nn.Parameter(torch.tensor(float(beta)))
+        self.gamma = nn.Parameter(torch.tensor(float(gamma)))
+        self.last_stats: dict[str, float] = {}
+
+    @classmethod
+    def from_config(cls, cfg) -> "MagnitudeGate":
+        """The gate an AttentionConfig with magnitude != "off" asks for."""
+        return cls(cfg.magnitude, t=cfg.magnitude_t, eps=cfg.magnitude_eps, kernel=cfg.magnitude_kernel,
+                   solver=cfg.magnitude_solver, cg_iters=cfg.magnitude_cg_iters, gate=cfg.magnitude_gate,
+                   beta=cfg.magnitude_beta, gamma=cfg.magnitude_gamma)
+
+    @property
+    def t(self) -> torch.Tensor:
+        return self.log_t.exp()
+
+    def weights(self, k: torch.Tensor):
+        """(w, |X| [...], SolveInfo): mu_j, w_j or M_ij of keys k [..., S, d] (computed in >= float32)."""
+        if k.dtype in (torch.float16, torch.bfloat16):
+            k = k.float()  # no half-precision Cholesky; at eps = 1e-3 float32 moves gates by < 1e-3 (measure_gates)
+        z = M.similarity(k, self.t.to(k.dtype), self.kernel)
+        if self.form == "global":
+            mu, info = M.solve_weights(z, self.eps, solver=self.solver, max_iter=self.cg_iters)
+            return mu, mu.sum(-1), info
+        L, y, jitter = M.prefix_factor(z, self.eps)
+        w = M.own_prefix_weights_from_factor(L, y) if self.form == "causal" else M.prefix_weight_matrix_from_factor(L, y)
+        with torch.no_grad():  # residual of the full system, for the log: mu = L'^-1 y
+            mu = torch.linalg.solve_triangular(L.mT, y.unsqueeze(-1), upper=True).squeeze(-1)
+            residual = M.relative_residual(M.tikhonov(z, self.eps) + torch.diag_embed(jitter), mu)
+        return w, (y * y).sum(-1), M.SolveInfo(residual, 0, jitter)
+
+    def forward(self, k: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(k.device.type, enabled=False):  # no bfloat16 solves under mixed precision
+            w, mag, info = self.weights(k)
+            g = M.gate(w, self.beta.to(w.dtype), self.gamma.to(w.dtype), self.gate_form)
+        if self.record_stats:
+            self._record(w, mag, info, g, k.shape[-2])
+        return g
+
+    @torch.no_grad()
+    def _record(self, w, mag, info, g, n) -> None:
+        if self.form == "prefix":  # the weights the gate reads: the lower triangle j <= i
+            keep = torch.ones(n, n, dtype=torch.bool, device=w.device).tril()
+            w, g = w[..., keep], g[..., keep]
+        self.last_stats = {
+            "t": float(self.t), "magnitude_over_n": float(mag.mean()) / n, "residual": float(info.residual.max()),
+            "mu_min": float(w.min()), "mu_max": float(w.max()), "jitter": float(info.jitter.max()),
+            "gate_mean": float(g.mean()),
+        }
+
+
+def magnitude_stats(model: nn.Module) -> dict[str, float]:
+    """{"<module name>.<stat>": value} over every MagnitudeGate in model (its last forward): one dict to log."""
+    return {f"{name}.{key}": value for name, mod in model.named_modules() if isinstance(mod, MagnitudeGate)
+            for key, value in mod.last_stats.items()}

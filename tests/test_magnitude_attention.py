@@ -1,0 +1,274 @@
+"""Magnitude attention (seed 000) in the model: config, the gate module, the attention layer, causality, gradients.
+
+The layer is checked against an independent float64 computation: Z from explicit differences in numpy, the weights
+from numpy solves of (Z + eps I) mu = 1 (over all keys, over key j's own prefix, over query i's prefix), the
+attention weights from tests/reference.py. Only rounding separates them: 1e-10.
+"""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab import GPT, Attention, AttentionConfig, ConfigError, GPTConfig, get_variant, variant_info
+from attnlab.functional import attention, uses_sdpa
+from attnlab.nn.gates import MagnitudeGate, magnitude_stats
+from reference import attention_ref
+from test_causal_leak import LEAK_TOL, build, max_leak
+from test_config import one_line_error
+
+F64 = torch.float64
+
+
+def numpy_weights(keys, t, eps):
+    """For keys [S, d]: (mu over all keys [S], w_j inside {1..j} [S], M_ij inside {1..i} [S, S]) by numpy solves."""
+    k = np.asarray(keys, dtype=np.float64)
+    s, d = k.shape
+    z = np.exp(-t * ((k[:, None, :] - k[None, :, :]) ** 2).sum(-1) / d) + eps * np.eye(s)
+    mu = np.linalg.solve(z, np.ones(s))
+    m = np.zeros((s, s))
+    for i in range(s):
+        m[i, : i + 1] = np.linalg.solve(z[: i + 1, : i + 1], np.ones(i + 1))
+    return mu, np.diag(m).copy(), m
+
+
+def numpy_gate(w, beta, gamma, form):
+    sig = lambda a: 1 / (1 + np.exp(-a))
+    return {"seed": sig(beta * w + gamma), "clamp": sig(beta * np.clip(w, 0, 1) + gamma),
+            "linear": np.clip(beta * w + gamma, 0, 1)}[form]
+
+
+# ------------------------------------------------------------------------------------------------------- config
+
+
+def test_defaults_keep_todays_behaviour():
+    cfg = AttentionConfig()
+    assert cfg.magnitude == "off" and not cfg.allow_future_leak and cfg.sdpa_compatible
+    assert Attention(cfg.replace(n_head=2, n_kv_head=2), 16).magnitude is None
+
+
+@pytest.mark.parametrize("bad, patterns", [
+    (dict(magnitude="on"), ["magnitude='on'", "'global'", "'causal'", "'prefix'"]),
+    (dict(magnitude_t=0.0), ["magnitude_t=0.0", "> 0"]),
+    (dict(magnitude_eps=-1e-3), ["magnitude_eps=-0.001", ">= 0"]),
+    (dict(magnitude_kernel="cosine"), ["magnitude_kernel='cosine'", "'laplacian'"]),
+    (dict(magnitude_solver="lu"), ["magnitude_solver='lu'", "'cg'"]),
+    (dict(magnitude_cg_iters=0), ["magnitude_cg_iters=0", ">= 1"]),
+    (dict(magnitude_gate="tanh"), ["magnitude_gate='tanh'", "'seed'", "'clamp'"]),
+    (dict(magnitude_beta="big"), ["magnitude_beta='big'", "number"]),
+    (dict(allow_future_leak="yes"), ["allow_future_leak='yes'", "true or false"]),
+    (dict(magnitude="global"), ["magnitude='global'", "causal=true", "leaks the future", "allow_future_leak=true"]),
+    (dict(magnitude="causal", magnitude_solver="cg"), ["magnitude='causal'", "magnitude_solver='cholesky'"]),
+    (dict(magnitude="prefix", causal=False), ["magnitude='prefix'", "causal=true"]),
+    (dict(magnitude="prefix", backend="sdpa"), ["backend='sdpa'", "magnitude='prefix'"]),
+])
+def test_bad_magnitude_values(bad, patterns):
+    one_line_error(lambda: AttentionConfig(**bad), *patterns)
+
+
+def test_global_form_is_refused_in_a_causal_gpt_unless_opted_in():
+    one_line_error(lambda: GPTConfig(n_head=2, n_embd=16, attention={"magnitude": "global"}), "leaks the future")
+    GPTConfig(n_head=2, n_embd=16, attention={"magnitude": "global", "allow_future_leak": True})
+    GPTConfig(n_head=2, n_embd=16, attention={"magnitude": "global", "causal": False})
+
+
+def test_per_key_forms_keep_sdpa_and_the_prefix_form_does_not():
+    assert AttentionConfig(magnitude="causal", backend="sdpa").sdpa_compatible
+    assert AttentionConfig(magnitude="global", causal=False, backend="sdpa").sdpa_compatible
+    assert not AttentionConfig(magnitude="prefix").sdpa_compatible
+
+
+def test_variants_are_registered_with_notes():
+    assert get_variant("magnitude-causal").magnitude == "causal"
+    assert get_variant("magnitude-prefix").magnitude == "prefix"
+    for name in ("magnitude-causal", "magnitude-prefix"):
+        info = variant_info(name)
+        assert "seed 000" in info.source and info.notes and info.config.causal
+
+
+# ------------------------------------------------------------------------------------------ value_gate in attention
+
+
+@pytest.mark.parametrize("h_kv", [4, 2])
+def test_value_gate_multiplies_each_weight(h_kv):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, h, 6, 5, generator=g, dtype=F64) for h in (4, h_kv, h_kv))
+    gate = torch.rand(2, h_kv, 6, 6, generator=g, dtype=F64)
+    _, p = attention_ref(q, k, v, causal=True)
+    want = (p * np.repeat(gate.numpy(), 4 // h_kv, axis=1)) @ np.repeat(v.numpy(), 4 // h_kv, axis=1)
+    out, w = attention(q, k, v, causal=True, value_gate=gate, return_weights=True)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(w.numpy(), p, rtol=1e-10, atol=1e-12)  # the returned weights stay p
+    torch.testing.assert_close(attention(q, k, v, causal=True, value_gate=torch.ones_like(gate)),
+                               attention(q, k, v, causal=True), rtol=1e-12, atol=1e-12)
+    assert not uses_sdpa(causal=True, value_gate=True)
+    with pytest.raises(ValueError, match="value_gate"):
+        attention(q, k, v, causal=True, value_gate=gate, backend="sdpa")
+    with pytest.raises(ValueError, match="shape"):
+        attention(q, k, v, causal=True, value_gate=gate[..., :5])
+
+
+# --------------------------------------------------------------------------------------------- the gate module
+
+
+def test_t_stays_positive_and_everything_learns():
+    gate = MagnitudeGate("causal", t=0.5).double()
+    assert gate.t.item() == pytest.approx(0.5)
+    k = torch.randn(2, 3, 8, 4, dtype=F64)
+    gate(k).sum().backward()
+    for p in (gate.log_t, gate.beta, gate.gamma):
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs() > 0
+    with torch.no_grad():
+        gate.log_t.fill_(-60.0)  # any real log t is a positive t
+    assert gate.t.item() > 0
+
+
+@pytest.mark.parametrize("form, solver", [("global", "cholesky"), ("global", "cg"), ("causal", "cholesky"),
+                                          ("prefix", "cholesky")])
+def test_last_stats_are_the_logged_quantities(form, solver):
+    k = torch.randn(2, 3, 10, 4, generator=torch.Generator().manual_seed(1), dtype=F64)
+    gate = MagnitudeGate(form, t=0.8, eps=1e-3, solver=solver, cg_iters=3).double()
+    g = gate(k)
+    s = gate.last_stats
+    t = gate.t.item()  # 0.8 up to the float32 rounding of the stored log t
+    mags, lo, hi = [], [], []
+    for kb in k.reshape(-1, 10, 4).numpy():
+        mu, w, m = numpy_weights(kb, t, 1e-3)
+        mags.append(mu.sum())
+        weights = {"global": mu, "causal": w, "prefix": m[np.tril_indices(10)]}[form]
+        lo.append(weights.min())
+        hi.append(weights.max())
+    assert s["t"] == pytest.approx(0.8, rel=1e-6)
+    assert s["magnitude_over_n"] == pytest.approx(np.mean(mags) / 10, rel=1e-9 if solver == "cholesky" else 0.2)
+    if solver == "cholesky":
+        assert s["residual"] < 1e-12 and s["mu_min"] == pytest.approx(min(lo)) and s["mu_max"] == pytest.approx(max(hi))
+    else:  # CG truncated at 3 iterations: the residual is reported, not hidden
+        assert 1e-4 < s["residual"] < 1
+    assert s["jitter"] == 0 and 0 < s["gate_mean"] < 1
+    assert g.shape == ((2, 3, 10, 10) if form == "prefix" else (2, 3, 10))
+
+
+# ------------------------------------------------------------------------------- the layer against numpy
+
+
+@pytest.mark.parametrize("form, gate, causal", [("global", "seed", False), ("global", "clamp", True),
+                                                ("causal", "clamp", True), ("causal", "linear", True),
+                                                ("prefix", "seed", True), ("prefix", "clamp", True)])
+@pytest.mark.parametrize("n_kv_head", [2, 1])
+def test_layer_matches_independent_float64_computation(form, gate, causal, n_kv_head):
+    torch.manual_seed(2)
+    t, eps, beta, gamma = 0.6, 1e-3, 2.0, -0.5
+    cfg = AttentionConfig(n_head=2, n_kv_head=n_kv_head, causal=causal, magnitude=form, magnitude_t=t,
+                          magnitude_eps=eps, magnitude_gate=gate, magnitude_beta=beta, magnitude_gamma=gamma,
+                          allow_future_leak=True)
+    layer = Attention(cfg, 16).double().eval()
+    t = layer.magnitude.t.item()  # the config's t up to the float32 rounding of the stored log t
+    x = torch.randn(2, 7, 16, dtype=F64)
+    with torch.no_grad():
+        y = layer(x)
+        q, k, v = (layer._heads(p(x), n).numpy() for p, n in
+                   ((layer.q_proj, 2), (layer.k_proj, n_kv_head), (layer.v_proj, n_kv_head)))
+        out_proj = layer.out_proj
+    gates = np.zeros(k.shape[:2] + ((7, 7) if form == "prefix" else (7,)))
+    for b in range(2):
+        for h in range(n_kv_head):
+            mu, w, m = numpy_weights(k[b, h], t, eps)
+            gates[b, h] = numpy_gate({"global": mu, "causal": w, "prefix": m}[form], beta, gamma, gate)
+    if form == "prefix":
+        _, p = attention_ref(q, k, v, causal=causal)
+        out = (p * np.repeat(gates, 2 // n_kv_head, axis=1)) @ np.repeat(v, 2 // n_kv_head, axis=1)
+    else:
+        out, _ = attention_ref(q, k, v * gates[..., None], causal=causal)
+    want = out_proj(torch.from_numpy(out).transpose(1, 2).flatten(-2))
+    torch.testing.assert_close(y, want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("form", ["causal", "global"])
+def test_per_key_forms_give_the_same_output_on_sdpa_and_explicit_paths(form):
+    torch.manual_seed(3)
+    base = AttentionConfig(n_head=2, n_kv_head=2, magnitude=form, causal=form == "causal")
+    sdpa, explicit = Attention(base.replace(backend="sdpa"), 16), Attention(base.replace(backend="explicit"), 16)
+    explicit.load_state_dict(sdpa.state_dict())
+    x = torch.randn(2, 9, 16)
+    torch.testing.assert_close(sdpa(x), explicit(x), rtol=1e-5, atol=1e-6)  # float32 rounding of two paths
+
+
+# ------------------------------------------------------------------------------------------------- causality
+
+
+def test_the_seed_as_written_leaks_the_future_when_opted_in():
+    """The global form over all keys, in a causal GPT (allow_future_leak=True): the causal leak test catches it."""
+    leak = max_leak(build(AttentionConfig(magnitude="global", allow_future_leak=True)))
+    assert leak > 10 * LEAK_TOL
+    cg = max_leak(build(AttentionConfig(magnitude="global", magnitude_solver="cg", magnitude_gate="seed",
+                                        allow_future_leak=True)))
+    assert cg > 10 * LEAK_TOL
+
+
+@pytest.mark.parametrize("form", ["causal", "prefix"])
+def test_the_jitter_retry_is_causal(form):
+    """eps = 0 and duplicates only after position 5: the factorisation fails there and is retried with jitter from
+    the failing pivot on. The gates of positions <= 5 must be bit-identical to those of a future without duplicates
+    (a jitter on the whole diagonal would move them, by ~1e-16: rounding-sized, but a leak)."""
+    g = torch.Generator().manual_seed(4)
+    early = torch.randn(1, 2, 6, 4, generator=g, dtype=F64)
+    dup_future = torch.cat([early, early[:, :, [0, 1, 0, 2]]], dim=2)  # keys 7..10 repeat keys 1, 2, 1, 3
+    new_future = torch.cat([early, torch.randn(1, 2, 4, 4, generator=g, dtype=F64)], dim=2)
+    gate = MagnitudeGate(form, eps=0.0).double()
+    with pytest.warns(RuntimeWarning, match="jitter"):
+        a = gate(dup_future)
+    assert gate.last_stats["jitter"] > 0
+    b = gate(new_future)
+    assert torch.equal(a[..., :6, :] if form == "prefix" else a[..., :6], b[..., :6, :] if form == "prefix" else b[..., :6])
+
+
+@pytest.mark.parametrize("variant", ["magnitude-causal", "magnitude-prefix"])
+def test_no_leak_with_exact_duplicate_keys(variant):
+    """Repeated tokens with RoPE are exact duplicate keys (the gate reads the keys before rotation). With eps = 0
+    a future full of repeats makes the factorisation fail and a future without repeats does not: no leak either way."""
+    model = build(get_variant(variant).replace(magnitude_eps=0.0), "rope").double().eval()
+    idx = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 1, 1, 2, 2, 3, 3, 1, 1]] * 2)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        base = model(idx)[0]
+        for i in (3, 7):
+            fresh = idx.clone()
+            fresh[:, i + 1:] = torch.arange(20, 20 + 15 - i)  # distinct tokens: no duplicate keys
+            assert (model(fresh)[0][:, : i + 1] - base[:, : i + 1]).abs().max() < LEAK_TOL
+    assert any("jitter" in str(w.message) for w in caught)  # the retry did run
+
+
+# --------------------------------------------------------------------------------------------------- gradients
+
+
+@pytest.mark.parametrize("form", ["global", "causal", "prefix"])
+@pytest.mark.parametrize("gate", ["clamp", "seed", "linear"])
+def test_training_step_is_finite_with_repeated_tokens(form, gate):
+    """float32, a sequence of one repeated token (all keys identical) and near-copies: loss and every gradient
+    finite, at the default eps; stats recorded per layer."""
+    attn = dict(magnitude=form, magnitude_gate=gate, allow_future_leak=True)
+    model = GPT(GPTConfig(vocab_size=11, block_size=12, n_layer=2, n_head=2, n_embd=16, pos_encoding="rope",
+                          attention=attn))
+    idx = torch.tensor([[3] * 12, [3, 3, 3, 4, 3, 3, 3, 3, 4, 3, 3, 3]])
+    _, loss = model(idx, idx)
+    loss.backward()
+    assert torch.isfinite(loss)
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    stats = magnitude_stats(model)
+    for layer in (0, 1):
+        for key in ("t", "magnitude_over_n", "residual", "mu_min", "mu_max"):
+            assert math.isfinite(stats[f"blocks.{layer}.attn.magnitude.{key}"])
+
+
+def test_gate_is_solved_in_float32_under_bfloat16_autocast():
+    gate = MagnitudeGate("prefix")
+    k = torch.randn(2, 2, 9, 4)
+    want = gate(k)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = gate(k)
+        got_half = gate(k.bfloat16())
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    torch.testing.assert_close(got_half, want, rtol=0, atol=0.05)  # bfloat16 keys: ~3 significant digits
