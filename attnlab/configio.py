@@ -17,13 +17,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import tempfile
 import tomllib
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .atomic import write_text
 from .errors import ConfigError, unknown_name
 
 __all__ = ["to_dict", "from_dict", "load_toml", "save_toml", "load_config", "apply_overrides", "parse_override"]
@@ -263,23 +263,7 @@ def save_toml(cfg_or_dict, path) -> Path:
     data = _plain(cfg_or_dict)
     if not isinstance(data, dict):
         raise TypeError(f"save_toml expects a dataclass instance or a dict, got {type(cfg_or_dict).__name__}")
-    text = tomli_w.dumps(data)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return write_text(path, tomli_w.dumps(data))
 
 
 def load_config(cls, path):

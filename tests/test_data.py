@@ -324,7 +324,7 @@ def test_interrupted_or_corrupt_cache_entries_are_rebuilt(tmp_path, small_corpus
 
     (folder / "meta.json").unlink()
     with monkeypatch.context() as m:
-        m.setattr(dataset_module, "_write_text", killed)
+        m.setattr(dataset_module, "write_text", killed)
         with pytest.raises(KeyboardInterrupt):
             prepare(cfg)
     assert not (folder / "meta.json").exists()

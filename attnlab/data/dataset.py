@@ -13,11 +13,9 @@ never leaves a broken entry: at worst a stray ``*.tmp`` file.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..atomic import atomic_path, write_text
 from ..errors import ConfigError, check_choice, check_number, strict_fields
 from .corpus import corpus_documents, join_documents, split_documents
 from .tokenizers import BPE_MIN_VOCAB, TOKENIZERS, BPETokenizer, CharTokenizer, Tokenizer, load_tokenizer
@@ -70,24 +69,6 @@ def _key(*parts) -> str:
     return hashlib.sha256(json.dumps([CACHE_VERSION, *parts]).encode()).hexdigest()[:20]
 
 
-@contextlib.contextmanager
-def _atomic_path(path: Path):
-    """Yield a temporary path next to ``path``; on success move it onto ``path`` with os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")  # unique per writer
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
-def _write_text(path: Path, text: str) -> None:
-    with _atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-
-
 # ---------------------------------------------------------------------------------------------- tokeniser cache
 
 
@@ -112,7 +93,7 @@ def cached_tokenizer(cfg: DataConfig, cache: Path, corpus_hash: str, full_text: 
     if path.exists():
         return load_tokenizer(path)
     tokenizer = train_tokenizer(cfg, full_text, train_text)
-    _write_text(path, tokenizer.to_json())
+    write_text(path, tokenizer.to_json())
     return tokenizer
 
 
@@ -147,10 +128,10 @@ def _load_tokens(folder: Path) -> dict[str, np.ndarray] | None:
 def _save_tokens(folder: Path, arrays: dict[str, np.ndarray], dtype: np.dtype) -> None:
     """Write the splits atomically, then meta.json (last: its presence marks a complete entry)."""
     for split, ids in arrays.items():
-        with _atomic_path(folder / f"{split}.bin") as tmp:
+        with atomic_path(folder / f"{split}.bin") as tmp:
             ids.astype(dtype).tofile(tmp)
     meta = {"dtype": dtype.name, "lengths": {split: len(ids) for split, ids in arrays.items()}}
-    _write_text(folder / "meta.json", json.dumps(meta, indent=1))
+    write_text(folder / "meta.json", json.dumps(meta, indent=1))
 
 
 def cached_tokens(cache: Path, key: str, tokenizer: Tokenizer, texts: dict[str, str]) -> tuple[Path, dict]:

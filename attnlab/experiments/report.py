@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..atomic import write_text
 from ..configio import load_toml
 from ..errors import ConfigError
 from .compare import SPEC_FILE, read_summary, run_dir
@@ -378,23 +379,16 @@ def load_spec(out_dir) -> dict:
     return spec
 
 
-def _write_text(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def write_report(out_dir) -> Path:
     """Write results.json, loss_curves.png and report.md for the comparison in ``out_dir``; returns report.md."""
     out_dir = Path(out_dir)
     spec = load_spec(out_dir)
     records = collect_runs(out_dir, spec["variants"], spec["seeds"])
     results = compute_results(spec, records)
-    _write_text(out_dir / "results.json", json.dumps(results, indent=2, allow_nan=False) + "\n")
+    write_text(out_dir / "results.json", json.dumps(results, indent=2, allow_nan=False) + "\n")
     plot = plot_loss_curves(records, spec["variants"], out_dir / "loss_curves.png")
     if plot is None:
         (out_dir / "loss_curves.png").unlink(missing_ok=True)  # a stale plot would contradict the report
     report = out_dir / "report.md"
-    _write_text(report, render_markdown(results, plot.name if plot else None))
+    write_text(report, render_markdown(results, plot.name if plot else None))
     return report

@@ -9,15 +9,14 @@ comparable across runs on the same machine and meaningful on CPUs, whose peak is
 from __future__ import annotations
 
 import json
-import os
 import platform
-import secrets
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from ..atomic import write_text
 from ..config import GPTConfig
 
 __all__ = ["matmul_params", "flops_per_token", "device_name", "measure_matmul_gflops", "matmul_peak_gflops", "mfu"]
@@ -134,13 +133,10 @@ def _read_json(path: Path) -> dict:
 
 def _write_json(path: Path, data: dict) -> None:
     """Atomic write (temp file + os.replace); failures are ignored (the cache is only an optimisation)."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-        os.replace(tmp, path)
+        write_text(path, json.dumps(data, indent=1))
     except OSError:
-        tmp.unlink(missing_ok=True)
+        pass
 
 
 def mfu(tokens_per_s: float, flops_per_tok: float, peak_gflops: float, n_devices: int = 1) -> float:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import secrets
 from collections.abc import Iterable
 from pathlib import Path
+
+from ..atomic import atomic_path
 
 __all__ = ["read_metrics", "plot_losses"]
 
@@ -54,11 +54,6 @@ def plot_losses(rows: Iterable[dict] | str | Path, out_path: str | Path, title: 
     if ax.get_lines():
         ax.legend()
     fig.tight_layout()
-    out_path = Path(out_path)
-    tmp = out_path.with_name(f".{out_path.name}.{secrets.token_hex(4)}.tmp")
-    try:
+    with atomic_path(out_path) as tmp:
         fig.savefig(tmp, format="png")
-        os.replace(tmp, out_path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return out_path
+    return Path(out_path)

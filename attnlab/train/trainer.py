@@ -32,8 +32,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
-import secrets
 import signal
 import sys
 import threading
@@ -44,6 +42,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..atomic import write_text
 from ..configio import load_config, save_toml
 from ..data import Dataset, default_cache_dir, load_tokenizer, prepare
 from ..errors import ConfigError
@@ -201,16 +200,7 @@ def _finite_or_none(value):
 def _write_json(path: Path, data: dict) -> None:
     """Atomic JSON write (non-finite floats become null)."""
     clean = {k: (_finite_or_none(v) if isinstance(v, float) else v) for k, v in data.items()}
-    _write_text(path, json.dumps(clean, indent=2) + "\n")
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text(path, json.dumps(clean, indent=2) + "\n")
 
 
 def _rng_state(device: torch.device) -> dict:
@@ -343,13 +333,13 @@ class _Trainer:
         if self.info.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             save_toml(self.cfg, self.run_dir / CONFIG_FILE)
-            _write_text(self.run_dir / TOKENIZER_FILE, self.ds.tokenizer.to_json())
+            write_text(self.run_dir / TOKENIZER_FILE, self.ds.tokenizer.to_json())
             rows = {}
             for row in read_metrics(self.run_dir / METRICS_FILE) if resuming else []:
                 if row["step"] <= self.step:
                     rows.setdefault(row["step"], row)
             self.logged_steps = set(rows)
-            _write_text(self.run_dir / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in rows.values()))
+            write_text(self.run_dir / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in rows.values()))
             if self.tc.tensorboard:  # purge_step drops events a previous session logged after the checkpoint
                 writer = _tensorboard_class()
                 self.tensorboard = writer(log_dir=str(self.run_dir / "tensorboard"), purge_step=self.step + 1)
@@ -606,7 +596,7 @@ class _Trainer:
         if self.info.is_main and status == "finished" and self.tc.sample_tokens > 0:
             text = generate_text(self.model, self.ds.tokenizer, "\n", self.tc.sample_tokens,
                                  SAMPLE_TEMPERATURE, SAMPLE_TOP_K, self.tc.seed)
-            _write_text(self.run_dir / SAMPLES_FILE, text)
+            write_text(self.run_dir / SAMPLES_FILE, text)
         return self._summary(status)  # the caller (CLI) reports summary["checkpoint"] when interrupted
 
     def _diverged(self, d: _Diverged) -> None:
