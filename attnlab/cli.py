@@ -6,6 +6,7 @@
     attnlab compare --variants standard gqa rbf --seeds 0 1 2
     attnlab sample runs/20261122-101500-standard --tokens 300
     attnlab variants
+    attnlab magnitude-demo
 
 A user mistake (bad value, unknown key, missing file) prints one line and exits with status 2.
 """
@@ -80,6 +81,13 @@ def cmd_variants(args) -> int:
     return 0
 
 
+def cmd_magnitude_demo(args) -> int:
+    from .experiments.magnitude_demo import main as demo
+
+    demo()
+    return 0
+
+
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="cpu", help="a shipped preset: tiny, cpu (default), gpt2-small")
     p.add_argument("--config", help="a TOML file with [model], [data], [train] tables (replaces --preset)")
@@ -118,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("variants", help="list the registered attention variants")
     p.set_defaults(func=cmd_variants)
+
+    p = sub.add_parser("magnitude-demo", help="seed 000's numbers: hijacking, cluster collapse, effective size")
+    p.set_defaults(func=cmd_magnitude_demo)
     return parser
 
 
