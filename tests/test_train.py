@@ -8,6 +8,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 
 import pytest
 import torch
@@ -450,16 +451,24 @@ def test_non_finite_loss_stops_the_run(tmp_path, cache_dir, monkeypatch, bad):
 # ------------------------------------------------------------------------------------------------ misc
 
 
-def test_tensorboard_missing_is_a_config_error(tmp_path, cache_dir):
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        with pytest.raises(ConfigError, match="pip install tensorboard"):
-            train(tiny(tmp_path / "tb", cache_dir, train__tensorboard=True), quiet=True)
-        assert not (tmp_path / "tb").exists()
-    else:
-        train(tiny(tmp_path / "tb", cache_dir, train__tensorboard=True, train__max_steps=3), quiet=True)
-        assert any((tmp_path / "tb" / "tensorboard").iterdir())
+def test_tensorboard_missing_is_a_config_error(tmp_path, cache_dir, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # the import fails as if not installed
+    with pytest.raises(ConfigError, match="pip install tensorboard"):
+        train(tiny(tmp_path / "tb", cache_dir, train__tensorboard=True), quiet=True)
+    assert not (tmp_path / "tb").exists()
+
+
+def test_tensorboard_events_match_metrics(tmp_path, cache_dir):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "tb"
+    train(tiny(run, cache_dir, train__tensorboard=True, train__max_steps=4, train__warmup_steps=1), quiet=True)
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    logged = {e.step: e.value for e in events.Scalars("val_loss")}
+    want = {r["step"]: r["val_loss"] for r in read_metrics(run / "metrics.jsonl") if r["val_loss"] is not None}
+    assert logged.keys() == want.keys() and all(abs(logged[k] - want[k]) < 1e-6 for k in want)
 
 
 def test_global_batch_split_over_ranks():
