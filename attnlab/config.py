@@ -23,6 +23,8 @@ MAGNITUDE_FORMS = ("off", "global", "causal", "prefix")
 MAGNITUDE_KERNELS = ("gaussian", "laplacian")
 MAGNITUDE_SOLVERS = ("cholesky", "cg")
 MAGNITUDE_GATES = ("clamp", "seed", "linear")
+PROJECTION_MODES = ("projected", "identity", "identity_init", "residual")  # attnlab.nn.projections
+QK_NORMS = ("off", "fixed", "learned")
 
 
 def config_from_dict(cls, data: dict, *, where: str = ""):
@@ -66,6 +68,18 @@ class AttentionConfig:
     magnitude_beta: float = 1.0  # initial beta (learnable)
     magnitude_gamma: float = 0.0  # initial gamma (learnable)
     allow_future_leak: bool = False  # permit magnitude="global" with causal=True (reproduces seed 000 as written; leaks)
+    # Q/K/V projections (seed 001's six steps; attnlab.nn.projections). "projected": x W (GPT-2); "identity": x itself,
+    # no parameters (head h reads the slice x_h); "identity_init": x W with W = I at init, trained; "residual": x W + x
+    q_mode: str = "projected"
+    k_mode: str = "projected"
+    v_mode: str = "projected"
+    out_proj: bool = True  # False: the concatenated heads go straight to the residual (seed 001 steps 1-2: no weights)
+    qk_norm: str = "off"  # "fixed" / "learned": logits g cos(q, k) / T, q and k L2-normalised (Henry et al. 2020)
+    qk_norm_scale: float | None = None  # g (the initial g when "learned"); None: sqrt(head_dim)
+    rank: int | None = None  # every learned Q/K/V W as B A of inner rank r (low rank; seed 001)
+    rank_fraction: float | None = None  # r = round(f * min(in, out)) per projection, in (0, 1); or set rank
+    kv_latent: int | None = None  # MLA (DeepSeek-V2): K, V = c W_uk, c W_uv from c = RMSNorm(x W_dkv) of width d_c
+    kv_latent_fraction: float | None = None  # d_c = round(f * n_embd), in (0, 1]; or set kv_latent
 
     def __post_init__(self):
         for name in ("n_head", "n_kv_head"):
@@ -88,6 +102,7 @@ class AttentionConfig:
         check_choice("attention.mask_form", self.mask_form, MASK_FORMS)
         check_choice("attention.backend", self.backend, BACKENDS)
         self._check_magnitude()
+        self._check_projections()
         if self.backend == "sdpa" and not self.sdpa_compatible:
             extra = ", magnitude='prefix' (a per-(i, j) gate)" if self.magnitude == "prefix" else ""
             raise ConfigError(
@@ -129,6 +144,63 @@ class AttentionConfig:
                 "attention.magnitude='prefix' gates key j by its weight inside query i's prefix (j <= i), which "
                 "needs causal=true; use magnitude='global' for bidirectional attention"
             )
+
+    def _check_projections(self) -> None:
+        """The Q/K/V projection fields (seed 001), QK-norm, low rank and the MLA latent, and what they exclude."""
+        for name in ("q_mode", "k_mode", "v_mode"):
+            check_choice(f"attention.{name}", getattr(self, name), PROJECTION_MODES)
+        if not isinstance(self.out_proj, bool):
+            raise ConfigError(f"attention.out_proj={self.out_proj!r} must be true or false")
+        check_choice("attention.qk_norm", self.qk_norm, QK_NORMS)
+        for name in ("rank", "kv_latent"):
+            if getattr(self, name) is not None:
+                check_number(f"attention.{name}", getattr(self, name), low=1, integer=True)
+        for name, high in (("qk_norm_scale", None), ("rank_fraction", None), ("kv_latent_fraction", 1.0)):
+            if getattr(self, name) is not None:
+                check_number(f"attention.{name}", getattr(self, name), low=0.0, low_open=True, high=high)
+        if self.rank_fraction is not None and self.rank_fraction >= 1:
+            raise ConfigError(f"attention.rank_fraction={self.rank_fraction!r} must be < 1 (1 is full rank)")
+        if self.qk_norm == "off" and self.qk_norm_scale is not None:
+            raise ConfigError(f"attention.qk_norm_scale={self.qk_norm_scale!r} needs qk_norm='fixed' or 'learned'")
+        if self.qk_norm != "off" and self.scale is not None:
+            raise ConfigError(f"attention.qk_norm={self.qk_norm!r} sets the logit scale g; use qk_norm_scale, not "
+                              f"scale={self.scale!r}")
+        if self.qk_norm != "off" and self.kernel == "rbf":
+            raise ConfigError(f"attention.qk_norm={self.qk_norm!r} with kernel='rbf': on unit vectors the rbf "
+                              f"weights equal the dot weights (seed 003); use kernel='dot'")
+        for a, b in (("rank", "rank_fraction"), ("kv_latent", "kv_latent_fraction")):
+            if getattr(self, a) is not None and getattr(self, b) is not None:
+                raise ConfigError(f"attention.{a}={getattr(self, a)!r} and {b}={getattr(self, b)!r}: set one of them")
+        latent = self.kv_latent is not None or self.kv_latent_fraction is not None
+        if latent and (self.k_mode, self.v_mode) != ("projected", "projected"):
+            raise ConfigError(f"attention.kv_latent rebuilds K and V from the latent; k_mode={self.k_mode!r} and "
+                              f"v_mode={self.v_mode!r} must both be 'projected'")
+        if self.rank is not None or self.rank_fraction is not None:
+            modes = (self.q_mode,) if latent else (self.q_mode, self.k_mode, self.v_mode)
+            if "identity_init" in modes:
+                raise ConfigError("attention.rank: a low-rank W cannot start at the full-rank identity; "
+                                  "drop rank or use mode 'projected' or 'residual' instead of 'identity_init'")
+            if not {"projected", "residual"} & set(modes):
+                raise ConfigError(f"attention.rank: no learned Q/K/V projection to factor (modes {', '.join(modes)})")
+        grouped = self.n_head is not None and self.n_kv_head is not None and self.n_kv_head != self.n_head
+        for name in ("k_mode", "v_mode"):
+            if grouped and getattr(self, name) != "projected":
+                raise ConfigError(
+                    f"attention.{name}={getattr(self, name)!r} needs K/V as wide as x, but n_kv_head={self.n_kv_head} "
+                    f"< n_head={self.n_head} (GQA); use {name}='projected' or n_kv_head=n_head"
+                )
+
+    def check_sizes(self, n_embd: int) -> None:
+        """Checks that need the width: an absolute rank must be below every factored projection's full rank."""
+        if self.rank is None or self.n_head is None:
+            return
+        kv_out = (self.n_kv_head or self.n_head) * (n_embd // self.n_head)
+        latent = self.kv_latent is not None or self.kv_latent_fraction is not None
+        outs = {"q": n_embd} if latent else {"q": n_embd, "k": kv_out, "v": kv_out}
+        for name, out in outs.items():
+            if getattr(self, f"{name}_mode") in ("projected", "residual") and self.rank >= min(n_embd, out):
+                raise ConfigError(f"attention.rank={self.rank} is not below the full rank {min(n_embd, out)} of the "
+                                  f"{name} projection ({n_embd} -> {out}); use a smaller rank or rank_fraction")
 
     @property
     def sdpa_compatible(self) -> bool:
@@ -215,12 +287,14 @@ class GPTConfig:
                 f"n_head={self.n_head} is not divisible by attention.n_kv_head={n_kv}; "
                 f"n_kv_head must divide n_head (allowed here: {_divisors(self.n_head)})"
             )
-        return attn.replace(
+        attn = attn.replace(
             n_head=self.n_head,
             n_kv_head=n_kv,
             bias=self.bias if attn.bias is None else attn.bias,
             dropout=self.dropout if attn.dropout is None else attn.dropout,
         )
+        attn.check_sizes(self.n_embd)
+        return attn
 
     def replace(self, **changes) -> "GPTConfig":
         return dataclasses.replace(self, **changes)

@@ -85,3 +85,52 @@ register(
     notes="exact M_ij = sum_{m=j..i} (L^-1)_mj y_m: row i is mu of the keys query i may see, so a cluster of m "
           "clones sums to m/(m+eps) ~ 1 unit as in the seed; needs the explicit path (no SDPA), O(T^3) per head.",
 )
+# Seed 001's six steps from "just correlation" to attention (step 4 is `standard`), then QK-norm, low rank, MLA.
+register(
+    "boneless-corr", "no parameters: y = (x x') x per head slice x_h, raw correlation weights (no softmax, no scale, "
+    "no Q/K/V/output projections)",
+    "seed 001, step 1 (just correlation)", q_mode="identity", k_mode="identity", v_mode="identity", out_proj=False,
+    normalizer="none", scale=1.0,
+    notes="with n_head heads, head h correlates and mixes its own slice x_h of x (n_head=1 is the seed's (x x') x); "
+          "causal masking zeroes the future weights. The output grows with T and |x|^3, as the seed warns.",
+)
+register(
+    "boneless-softmax", "no parameters: y = softmax(x x' / sqrt(d) + mask) x per head slice x_h",
+    "seed 001, step 2 (softmaxed correlation)", q_mode="identity", k_mode="identity", v_mode="identity",
+    out_proj=False,
+    notes="scale 1/sqrt(head_dim) as in every softmax variant here (the seed does not state one).",
+)
+register(
+    "boneless-value",
+    "softmax(x x' / sqrt(d) + mask) (x W_v) W_o: correlation of x itself mixes value-projected tokens",
+    "seed 001, step 3 (weighted sum over value-projected tokens)", q_mode="identity", k_mode="identity",
+    notes="keeps the output projection: the seed's step 4 then adds only W_q and W_k to reach `standard`.",
+)
+register(
+    "identity-qk", "Q and K projections initialised to the identity (W = I, b = 0), then trained",
+    "seed 001, step 5", q_mode="identity_init", k_mode="identity_init",
+    notes="the identity weights are raw parameters, not nn.Linear: GPT's N(0, 0.02) init leaves them alone, and "
+          "attnlab.train.optim (which decays nn.Linear weights only) does not decay them.",
+)
+register(
+    "residual-qk", "residual Q and K projections: Q = x W_q + x, K = x W_k + x (W initialised as usual)",
+    "seed 001, step 6", q_mode="residual", k_mode="residual",
+)
+register(
+    "qk-norm", "cosine logits g cos(q, k): q and k L2-normalised per head, learned scale g (init sqrt(head_dim))",
+    "Henry et al. 2020, arXiv:2010.04245; Dehghani et al. 2023, arXiv:2302.05442", qk_norm="learned",
+    notes="one scalar g per layer, as in Henry et al.; initialised to sqrt(head_dim), the typical |q.k|/sqrt(d) "
+          "logit scale of unit-variance q, k at cos = 1 (Henry et al. initialise g from the training lengths).",
+)
+register(
+    "low-rank", "low-rank Q, K, V projections W = B A, inner rank r = 1/4 of each projection's full rank",
+    "seed 001 (low-rank attention weights)", rank_fraction=0.25,
+    notes="r = min(in, out)/4: half the parameters of a dense square W (r (in + out) = n^2 / 2). B A is initialised "
+          "with the dense layer's entrywise std 0.02; its factors are raw parameters and are not weight-decayed.",
+)
+register(
+    "mla", "multi-head latent attention: K, V rebuilt from one cached latent c = RMSNorm(x W_dkv) of width n_embd/4",
+    "DeepSeek-V2, arXiv:2405.04434; seeds 001, 003", kv_latent_fraction=0.25,
+    notes="d_c = n_embd/4 as in DeepSeek-V2-Lite (512 of 2048). Caches d_c floats per token per layer instead of "
+          "2 n_kv_head head_dim. No decoupled RoPE key and no query compression (RoPE, if on, rotates the rebuilt K).",
+)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 
 def default_scale(head_dim: int) -> float:
@@ -20,6 +21,16 @@ def default_scale(head_dim: int) -> float:
 def dot_logits(q: torch.Tensor, k: torch.Tensor, scale: float, temperature: float = 1.0) -> torch.Tensor:
     """z_ij = <q_i, k_j> * scale / T;  with scale = 1/sqrt(d) this is seed 003's z_j = <q, k_j> / sqrt(d), over T."""
     return (q @ k.transpose(-2, -1)) * (scale / temperature)
+
+
+def qk_normalize(q: torch.Tensor, k: torch.Tensor, gain, eps: float = 1e-12) -> tuple[torch.Tensor, torch.Tensor]:
+    """QK-norm: (g q/|q|, k/|k|) per head vector, so <q', k'> = g cos(q, k) and the logits lie in [-g, g].
+
+    Query-Key Normalization (Henry et al. 2020, arXiv:2010.04245): L2-normalise q and k and replace 1/sqrt(d) by a
+    scale g (learned there; a float or a tensor here). Dehghani et al. 2023 (arXiv:2302.05442) normalise q, k with
+    LayerNorm for stability. g is folded into q so that a dot kernel with scale 1 (and the SDPA path) applies.
+    """
+    return F.normalize(q, dim=-1, eps=eps) * gain, F.normalize(k, dim=-1, eps=eps)
 
 
 def squared_distances(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

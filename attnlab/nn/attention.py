@@ -8,7 +8,9 @@ from torch import nn
 from ..config import AttentionConfig
 from ..errors import ConfigError
 from ..functional.attention import attention
+from ..functional.scores import qk_normalize
 from .gates import MagnitudeGate
+from .projections import LatentKV, kv_cache_per_token, make_projection, resolve_latent, resolve_rank
 
 
 class Attention(nn.Module):
@@ -18,6 +20,9 @@ class Attention(nn.Module):
         y = concat_h(attention(q_h, k_g(h), v_g(h))) W_o
     With config.magnitude != "off", a MagnitudeGate of the (pre-RoPE) keys gates the values (seed 000):
     v_j <- g_j v_j ("global", "causal"; the SDPA path stays), or p_ij <- p_ij g_ij ("prefix"; explicit path).
+    Q/K/V may be x itself, identity-initialised or residual (seed 001; attnlab.nn.projections), low rank, or K, V
+    rebuilt from one latent per token (MLA: attribute kv_latent instead of k_proj, v_proj); out_proj=False drops W_o.
+    qk_norm != "off": logits g cos(q_h, k_h) / T (Henry et al. 2020), g a float or the parameter qk_gain.
     """
 
     def __init__(self, config: AttentionConfig, n_embd: int):
@@ -31,10 +36,23 @@ class Attention(nn.Module):
         self.head_dim = n_embd // config.n_head
         bias = True if config.bias is None else config.bias
         self.attn_dropout = 0.0 if config.dropout is None else config.dropout
-        self.q_proj = nn.Linear(n_embd, self.n_head * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(n_embd, self.n_kv_head * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(n_embd, self.n_kv_head * self.head_dim, bias=bias)
-        self.out_proj = nn.Linear(self.n_head * self.head_dim, n_embd, bias=bias)
+        config.check_sizes(n_embd)
+        q_out, kv_out = self.n_head * self.head_dim, self.n_kv_head * self.head_dim  # = n_embd, n_kv_head * d
+
+        def rank(mode: str, out: int) -> int | None:  # inner rank r of a learned W, or None (dense / no W)
+            return None if mode == "identity" else resolve_rank(config.rank, config.rank_fraction, n_embd, out)
+
+        self.q_proj = make_projection(config.q_mode, n_embd, q_out, bias, rank(config.q_mode, q_out))
+        latent = resolve_latent(config.kv_latent, config.kv_latent_fraction, n_embd)
+        if latent is not None:  # K, V = c W_uk', c W_uv' from one latent c per token (DeepSeek-V2)
+            self.kv_latent = LatentKV(n_embd, latent, kv_out, bias)
+        else:
+            self.kv_latent = None
+            for name, mode in (("k_proj", config.k_mode), ("v_proj", config.v_mode)):
+                setattr(self, name, make_projection(mode, n_embd, kv_out, bias, rank(mode, kv_out)))
+        self.out_proj = nn.Linear(q_out, n_embd, bias=bias) if config.out_proj else nn.Identity()
+        self.qk_scale = self.head_dim ** 0.5 if config.qk_norm_scale is None else config.qk_norm_scale  # g
+        self.qk_gain = nn.Parameter(torch.tensor(float(self.qk_scale))) if config.qk_norm == "learned" else None
         self.resid_dropout = nn.Dropout(self.attn_dropout)
         self.magnitude = MagnitudeGate.from_config(config) if config.magnitude != "off" else None
 
@@ -42,11 +60,19 @@ class Attention(nn.Module):
         """[B, T, n * head_dim] -> [B, n, T, head_dim]."""
         return x.unflatten(-1, (n, self.head_dim)).transpose(1, 2)
 
+    @property
+    def kv_cache_per_token(self) -> dict[str, int]:
+        """Floats per token in a K/V inference cache for this layer: "cached" (d_c for MLA), "kv" (2 n_kv_head d)."""
+        return kv_cache_per_token(self.config, self.n_head * self.head_dim)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [B, n_head, T, d], k, v [B, n_kv_head, T, d] (before RoPE and QK-norm)."""
+        k, v = self.kv_latent(x) if self.kv_latent is not None else (self.k_proj(x), self.v_proj(x))
+        return self._heads(self.q_proj(x), self.n_head), self._heads(k, self.n_kv_head), self._heads(v, self.n_kv_head)
+
     def forward(self, x: torch.Tensor, rope: nn.Module | None = None, return_weights: bool = False):
         cfg = self.config
-        q = self._heads(self.q_proj(x), self.n_head)
-        k = self._heads(self.k_proj(x), self.n_kv_head)
-        v = self._heads(self.v_proj(x), self.n_kv_head)
+        q, k, v = self.project(x)
         value_gate = None
         if self.magnitude is not None:  # keys before RoPE: clones of a token stay clones at every position
             g = self.magnitude(k).to(v.dtype)  # [B, Hkv, S] or, for "prefix", [B, Hkv, T, S]
@@ -56,9 +82,13 @@ class Attention(nn.Module):
                 v = v * g.unsqueeze(-1)  # Attn(Q, K, Gate o V)   (seed 000, step 3)
         if rope is not None:
             q, k = rope(q), rope(k)
+        scale = cfg.scale
+        if cfg.qk_norm != "off":  # <g q/|q|, k/|k|> = g cos(q, k): the logit scale is g, folded into q
+            q, k = qk_normalize(q, k, self.qk_scale if self.qk_gain is None else self.qk_gain)
+            scale = 1.0
         out = attention(
             q, k, v,
-            causal=cfg.causal, scale=cfg.scale, temperature=cfg.temperature, kernel=cfg.kernel,
+            causal=cfg.causal, scale=scale, temperature=cfg.temperature, kernel=cfg.kernel,
             normalizer=cfg.normalizer, mask_form=cfg.mask_form, backend=cfg.backend,
             dropout_p=self.attn_dropout if self.training else 0.0, return_weights=return_weights,
             value_gate=value_gate,
