@@ -107,6 +107,7 @@ def test_lr_at_matches_closed_form():
 
 @pytest.mark.parametrize("extra", [{}, {"pos_encoding": "rope", "bias": False}, {"attention": "gqa"}])
 def test_param_groups(extra):
+    """Every Linear weight decays; biases, norms and embeddings do not (the tied head is the embedding)."""
     if extra.get("attention") == "gqa":
         extra = {"attention": {"n_kv_head": 1}}
     model = GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16, **extra))
@@ -126,6 +127,19 @@ def test_param_groups(extra):
     opt = make_optimizer(model, TrainConfig(weight_decay=0.1))
     assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
     assert [len(g["params"]) for g in opt.param_groups] == [len(decay), len(no_decay)]
+
+
+@pytest.mark.parametrize("variant", ["low-rank", "identity-qk", "qk-norm", "magnitude-causal"])
+def test_matrices_outside_linear_layers_decay_too(variant):
+    """Low-rank factors and identity-initialised weights are plain 2-D parameters: they decay like a Linear's
+    weight, so variants compare fairly; scalar gains (qk-norm g, magnitude t/beta/gamma) do not."""
+    model = GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=1, n_head=2, n_embd=16, attention=variant))
+    decay, no_decay = split_params(model)
+    for name, p in decay:
+        assert p.dim() == 2 and not name.startswith(("wte", "pos")), name
+    for name, p in no_decay:
+        assert p.dim() < 2 or name.startswith(("wte", "pos")), name
+    assert sum(p.numel() for _, p in decay + no_decay) == sum(p.numel() for p in model.parameters())
 
 
 # ------------------------------------------------------------------------------------------------ FLOPs

@@ -1,9 +1,10 @@
-"""The optimiser: AdamW with weight decay on Linear weights only, and the learning-rate schedule.
+"""The optimiser: AdamW with weight decay on weight matrices only, and the learning-rate schedule.
 
-Weight decay (decoupled, Loshchilov & Hutter 2019) is applied only to the >= 2-D weights of ``nn.Linear``
-layers, the matrices that do the model's work. LayerNorm gains, biases and embeddings (the token embedding,
-which is also the tied output head, and learned position embeddings) are not decayed: shrinking them towards
-zero only fights the normalisation or removes information about rare tokens.
+Weight decay (decoupled, Loshchilov & Hutter 2019) is applied to every trainable >= 2-D parameter that is not
+an embedding table: the matrices that do the model's work, whether they sit in an ``nn.Linear`` or are held
+directly (low-rank factors, identity-initialised projections). LayerNorm gains, biases, scalar gains and
+embeddings (the token embedding, which is also the tied output head, and learned position embeddings) are not
+decayed: shrinking them towards zero only fights the normalisation or removes information about rare tokens.
 
 The schedule (:func:`lr_at`) is a linear warmup from 0 to ``lr`` followed by a cosine decay to ``min_lr``
 (Loshchilov & Hutter 2017, "SGDR", without restarts), the schedule of GPT-3 (Brown et al. 2020, appendix B).
@@ -44,19 +45,17 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 def split_params(model: nn.Module) -> tuple[list[tuple[str, nn.Parameter]], list[tuple[str, nn.Parameter]]]:
     """(decay, no_decay): named trainable parameters, each parameter exactly once.
 
-    ``decay`` holds the >= 2-D ``weight`` of every ``nn.Linear`` that is not also an embedding table (the tied
-    ``lm_head.weight`` *is* ``wte.weight``, so it counts as an embedding). Everything else is ``no_decay``.
-    A parameter shared by several modules is listed once, under its first name.
+    ``decay`` holds every >= 2-D parameter that is not an embedding table (``nn.Embedding`` or learned
+    positions; the tied ``lm_head.weight`` *is* ``wte.weight``, so it counts as an embedding). Everything else
+    is ``no_decay``. A parameter shared by several modules is listed once, under its first name.
     """
-    embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    linear_ids = {
-        id(m.weight) for m in model.modules()
-        if isinstance(m, nn.Linear) and m.weight.dim() >= 2 and id(m.weight) not in embedding_ids
-    }
+    from ..nn import LearnedPositions
+
+    embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, (nn.Embedding, LearnedPositions))}
     decay, no_decay = [], []
     for name, p in model.named_parameters():  # named_parameters() already yields a shared parameter once
         if p.requires_grad:
-            (decay if id(p) in linear_ids else no_decay).append((name, p))
+            (decay if p.dim() >= 2 and id(p) not in embedding_ids else no_decay).append((name, p))
     return decay, no_decay
 
 
