@@ -90,5 +90,11 @@ def load_gpt2(cls, path, attention="standard"):
     model = cls(config)
     state = convert_state_dict(_read_state_dict(path), config.n_layer)
     state["lm_head.weight"] = state["wte.weight"]
+    ours, theirs = set(model.state_dict()), set(state)
+    if ours != theirs:  # an attention whose parameters GPT-2 does not have (or lacks some GPT-2 has)
+        extra, lacking = sorted(ours - theirs), sorted(theirs - ours)
+        detail = f"it has {extra[0]!r} (and {len(extra) - 1} more) that GPT-2 lacks" if extra else \
+            f"it lacks GPT-2's {lacking[0]!r} (and {len(lacking) - 1} more)"
+        raise ConfigError(f"attention={attention!r} cannot load GPT-2 weights: {detail}")
     model.load_state_dict(state, strict=True)
     return model

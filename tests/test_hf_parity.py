@@ -44,6 +44,10 @@ def test_other_attention_over_pretrained_weights(tmp_path):
     assert model.config.resolved_attention().kernel == "rbf"
     with pytest.raises(ConfigError, match="cannot load them"):
         GPT.from_hf_gpt2(tmp_path, attention="mqa")
+    for name, missing in (("qk-norm", "qk_gain"), ("low-rank", "_proj.down"), ("magnitude-causal", "magnitude")):
+        with pytest.raises(ConfigError, match=f"attention='{name}' cannot load GPT-2 weights") as info:
+            GPT.from_hf_gpt2(tmp_path, attention=name)
+        assert missing in str(info.value) and "\n" not in str(info.value)
 
 
 def test_unsupported_and_missing(tmp_path):
