@@ -7,6 +7,10 @@
     attnlab sample runs/20261122-101500-standard --tokens 300
     attnlab variants
     attnlab magnitude-demo
+    attnlab consensus --points 64 --scale 10          # seed 001: consensus attention, raw-correlation explosion
+    attnlab cluster-colors [IMAGE]                    # seed 001: palette by consensus attention vs k-means
+    attnlab rank runs/20261122-101500-standard        # seed 001: pseudo-rank of W_q, W_k, W_v, W_o, W_q W_k'
+    attnlab rank-sweep --preset tiny --weight-decays 0 0.1 1
 
 A user mistake (bad value, unknown key, missing file) prints one line and exits with status 2.
 """
@@ -88,6 +92,89 @@ def cmd_magnitude_demo(args) -> int:
     return 0
 
 
+def cmd_verify(args) -> int:
+    from .verify import main as verify
+
+    return verify(json_path=args.json)
+
+
+def cmd_consensus(args) -> int:
+    import torch
+
+    from .analysis.consensus import consensus, plot_cluster_counts, raw_correlation_growth, save_frames
+    from .errors import check_number
+
+    for name in ("points", "steps", "frame_every"):
+        check_number(f"--{name.replace('_', '-')}", getattr(args, name), low=1, integer=True)
+    check_number("--dim", args.dim, low=2, integer=True)
+    check_number("--step-size", args.step_size, low=0.0, low_open=True)
+    x = torch.randn(args.points, args.dim, generator=torch.Generator().manual_seed(args.seed), dtype=torch.float64)
+    res = consensus(x, args.steps, args.step_size, args.scale, qk_norm=not args.no_qk_norm,
+                    normalizer=args.normalizer, radius=args.radius)
+    print(f"consensus: {args.points} points ~ N(0, I_{args.dim}), x <- (1 - {args.step_size:g}) x + "
+          f"{args.step_size:g} attn(x), {'QK-norm, ' if not args.no_qk_norm else ''}scale {args.scale:g}, "
+          f"{args.normalizer}; clusters = components within {args.radius:g} x spread(x_0)")
+    print("clusters per iteration:")
+    for t in range(0, len(res.clusters), 10):
+        print(f"  {t:3d}-{min(t + 9, res.steps):<3d} " + " ".join(f"{c:3d}" for c in res.clusters[t:t + 10]))
+    norms = res.trajectory.norm(dim=-1).amax(-1)
+    if res.clusters[-1] == -1:
+        print(f"stopped at iteration {res.steps}: the points overflowed (not finite; max norm before: {norms[-2]:.3g})")
+    else:
+        print(("converged (no point moved more than tol)" if res.converged else f"stopped after {res.steps} steps")
+              + f"; max ||x_i||: {norms[0]:.3g} at the start, {norms[-1]:.3g} at the end")
+    growth = raw_correlation_growth(x, steps=args.steps)
+    print(f"raw correlation x <- x x' x on the same points (top Gram eigenvalue {growth['gram_top_eigenvalue']:.4g}):")
+    print("iteration  max ||x_i||   predicted from the SVD")
+    for t, (got, want) in enumerate(zip(growth["max_row_norm"], growth["predicted_max_row_norm"])):
+        print(f"{t:9d}  {got:.4e}   {want:.4e}")
+    if growth["stopped"]:
+        print(growth["stopped"])
+    frames = save_frames(res, args.out, every=args.frame_every)
+    plot_cluster_counts(res, f"{args.out}/clusters.png", growth)
+    print(f"{len(frames)} frames and clusters.png written to {args.out}")
+    return 0
+
+
+def cmd_cluster_colors(args) -> int:
+    from .analysis.colors import cluster_colors, format_table, load_image, save_color_outputs
+    from .errors import check_number
+
+    check_number("--samples", args.samples, low=1, integer=True)
+    check_number("--steps", args.steps, low=1, integer=True)
+    result = cluster_colors(load_image(args.image), samples=args.samples, seed=args.seed, scale=args.scale,
+                            steps=args.steps, step_size=args.step_size, kernel=args.kernel, radius=args.radius,
+                            min_fraction=args.min_fraction, qk_norm=args.qk_norm)
+    info = result["consensus"].info
+    print(f"{result['samples']} sampled pixels of a {result['image_shape'][1]}x{result['image_shape'][0]} image; "
+          f"consensus ({args.kernel}{', QK-norm' if args.qk_norm else ''}, scale {args.scale:g}, {info['steps']} "
+          f"steps): {info['clusters']} clusters, "
+          f"{info['kept']} kept (>= {args.min_fraction:g} of the sample)")
+    print(format_table(result))
+    save_color_outputs(result, args.out)
+    print(f"palette.png, recolored.png, recolored_kmeans.png, results.json written to {args.out}")
+    return 0
+
+
+def cmd_rank(args) -> int:
+    from .analysis.rank import rank_report
+
+    report = rank_report(args.path, args.out)
+    print(f"{args.path} ({report['kind']})")
+    print(report["table"])
+    print(f"rank.md, rank.json, spectra.png written to {report['out_dir']}")
+    return 0
+
+
+def cmd_rank_sweep(args) -> int:
+    from .analysis.sweep import rank_sweep
+
+    report = rank_sweep(_run_config(args), args.weight_decays, args.out, quiet=args.quiet)
+    print(report["table"])
+    print(f"sweep.md, sweep.json written to {report['out_dir']}")
+    return 0
+
+
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="cpu", help="a shipped preset: tiny, cpu (default), gpt2-small")
     p.add_argument("--config", help="a TOML file with [model], [data], [train] tables (replaces --preset)")
@@ -129,6 +216,49 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("magnitude-demo", help="seed 000's numbers: hijacking, cluster collapse, effective size")
     p.set_defaults(func=cmd_magnitude_demo)
+
+    p = sub.add_parser("verify", help="the claims ledger: measure the seed write-ups' claims (exit 1 if any fails)")
+    p.add_argument("--json", metavar="FILE", help="also write the records as JSON")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("consensus", help="seed 001: parameterless attention as consensus; raw-correlation explosion")
+    p.add_argument("--points", type=int, default=64, help="points drawn from N(0, I) (default 64)")
+    p.add_argument("--dim", type=int, default=2, help="their dimension (default 2; frames show the first two)")
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--step-size", type=float, default=0.5, help="s in x <- (1 - s) x + s attn(x) (default 0.5)")
+    p.add_argument("--scale", type=float, default=10.0, help="g: logits g cos(x_i, x_j) (default 10)")
+    p.add_argument("--normalizer", choices=("softmax", "none"), default="softmax")
+    p.add_argument("--no-qk-norm", action="store_true", help="logits g x_i.x_j instead of g cos(x_i, x_j)")
+    p.add_argument("--radius", type=float, default=0.01, help="cluster radius, times the initial spread")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--frame-every", type=int, default=5)
+    p.add_argument("--out", default="runs/consensus", help="where the frame PNGs go (default runs/consensus)")
+    p.set_defaults(func=cmd_consensus)
+
+    p = sub.add_parser("cluster-colors", help="seed 001: an image's palette by consensus attention, vs k-means")
+    p.add_argument("image", nargs="?", help="an image file (default: matplotlib's sample photograph grace_hopper.jpg)")
+    p.add_argument("--out", default="runs/colors", help="where palette.png and recolored*.png go")
+    p.add_argument("--samples", type=int, default=2000, help="pixels sampled for clustering (default 2000)")
+    p.add_argument("--scale", type=float, default=300.0, help="g; RBF bandwidth 1/sqrt(g) in RGB [0, 1] units")
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--step-size", type=float, default=1.0)
+    p.add_argument("--kernel", choices=("rbf", "dot"), default="rbf")
+    p.add_argument("--qk-norm", action="store_true", help="cosine logits g cos(x_i, x_j) (ignores brightness)")
+    p.add_argument("--radius", type=float, default=0.01, help="cluster radius in RGB [0, 1] units")
+    p.add_argument("--min-fraction", type=float, default=0.005, help="drop clusters below this share of the sample")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_cluster_colors)
+
+    p = sub.add_parser("rank", help="seed 001: singular spectra, pseudo-rank, participation ratio of attention weights")
+    p.add_argument("path", metavar="CHECKPOINT_OR_HF_DIR", help="a run directory or a Hugging Face GPT-2 directory")
+    p.add_argument("--out", help="where rank.md, rank.json, spectra.png go (default runs/rank-<name>)")
+    p.set_defaults(func=cmd_rank)
+
+    p = sub.add_parser("rank-sweep", help="seed 001: one run per weight decay; pseudo-rank and val loss per lambda")
+    _add_config_args(p)
+    p.add_argument("--weight-decays", type=float, nargs="+", default=[0.0, 0.1, 1.0], metavar="LAMBDA")
+    p.add_argument("--out", default="runs/rank-sweep", help="sweep directory (resumable; default runs/rank-sweep)")
+    p.set_defaults(func=cmd_rank_sweep)
     return parser
 
 
