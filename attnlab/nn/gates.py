@@ -24,7 +24,8 @@ class MagnitudeGate(nn.Module):
     After each forward, ``last_stats`` holds floats a trainer can log per layer: t, magnitude_over_n (|X|/N of the
     whole key set, mean over batch and heads), residual (largest relative residual of the solve; CG's truncation
     error), mu_min / mu_max (over the weights the gate reads), jitter (largest Cholesky jitter; 0 normally),
-    gate_mean. Set ``record_stats = False`` to skip them (each costs a device sync).
+    gate_mean. Set ``record_stats = False`` to skip them (each costs a device sync, and the residual one more product
+    with Z); the trainer does so on the steps it does not log (:func:`record_magnitude_stats`, :func:`magnitude_log`).
     """
 
     def __init__(self, form: str = "causal", *, t: float = 1.0, eps: float = 1e-3, kernel: str = "gaussian",
@@ -57,10 +58,17 @@ class MagnitudeGate(nn.Module):
     def t(self) -> torch.Tensor:
         return self.log_t.exp()
 
-    def weights(self, k: torch.Tensor):
-        """(w, |X| [...], SolveInfo): mu_j, w_j or M_ij of keys k [..., S, d] (computed in >= float32)."""
+    def weights(self, k: torch.Tensor, with_residual: bool = True):
+        """(w, |X| [...], SolveInfo): mu_j, w_j or M_ij of keys k [..., S, d] (computed in >= float32).
+
+        The Gaussian kernel takes the fused fast path (M.gaussian_key_weights: same math, hand-written gradients);
+        the Laplacian kernel the general functions. with_residual=False leaves SolveInfo.residual empty.
+        """
         if k.dtype in (torch.float16, torch.bfloat16):
             k = k.float()  # no half-precision Cholesky; at eps = 1e-3 float32 moves gates by < 1e-3 (measure_gates)
+        if self.kernel == "gaussian":
+            return M.gaussian_key_weights(k, self.t.to(k.dtype), self.eps, form=self.form, solver=self.solver,
+                                          max_iter=self.cg_iters, with_residual=with_residual)
         z = M.similarity(k, self.t.to(k.dtype), self.kernel)
         if self.form == "global":
             mu, info = M.solve_weights(z, self.eps, solver=self.solver, max_iter=self.cg_iters)
@@ -74,7 +82,7 @@ class MagnitudeGate(nn.Module):
 
     def forward(self, k: torch.Tensor) -> torch.Tensor:
         with torch.autocast(k.device.type, enabled=False):  # no bfloat16 solves under mixed precision
-            w, mag, info = self.weights(k)
+            w, mag, info = self.weights(k, with_residual=self.record_stats)
             g = M.gate(w, self.beta.to(w.dtype), self.gamma.to(w.dtype), self.gate_form)
         if self.record_stats:
             self._record(w, mag, info, g, k.shape[-2])
@@ -96,3 +104,20 @@ def magnitude_stats(model: nn.Module) -> dict[str, float]:
     """{"<module name>.<stat>": value} over every MagnitudeGate in model (its last forward): one dict to log."""
     return {f"{name}.{key}": value for name, mod in model.named_modules() if isinstance(mod, MagnitudeGate)
             for key, value in mod.last_stats.items()}
+
+
+def magnitude_gates(model: nn.Module) -> list[MagnitudeGate]:
+    """The MagnitudeGates of model in module order (one per attention layer: entry i belongs to layer i)."""
+    return [mod for mod in model.modules() if isinstance(mod, MagnitudeGate)]
+
+
+def record_magnitude_stats(model: nn.Module, on: bool) -> None:
+    """Turn recording of ``last_stats`` on or off for every gate (off: no device syncs, no residual product)."""
+    for gate in magnitude_gates(model):
+        gate.record_stats = on
+
+
+def magnitude_log(model: nn.Module, prefix: str = "mag") -> dict[str, float]:
+    """{"<prefix>/L<i>/<stat>": value}: the last recorded stats of the i-th gate (layer i), flat, for a log row."""
+    return {f"{prefix}/L{i}/{key}": value for i, gate in enumerate(magnitude_gates(model))
+            for key, value in gate.last_stats.items()}

@@ -11,6 +11,21 @@ A run directory holds::
     summary.json     status ("finished" | "interrupted" | "diverged"), losses, throughput, MFU, ...
     tensorboard/     TensorBoard event files (only with train.tensorboard = true)
 
+Magnitude gates (seed 000; model.attention with magnitude != "off", e.g. magnitude-causal): every row of a step
+that trained also carries, per attention layer i (0 = the first block), the gate's stats from the forward pass of
+that step (its last micro-batch; rank 0's under DDP), under flat keys "mag/L<i>/<stat>" (also TensorBoard scalars):
+
+    mag/L<i>/t                 t of Z = exp(-t ||k_j - k_l||^2 / d) used in that forward pass (before the update)
+    mag/L<i>/magnitude_over_n  |X| / N of the layer's whole key set (mean over batch and heads), in (0, 1]
+    mag/L<i>/residual          largest relative residual ||1 - (Z + eps I) mu|| / ||1|| (CG: truncation error;
+                               Cholesky: rounding)
+    mag/L<i>/mu_min, mu_max    smallest and largest weight the gate read (mu_j, w_j or M_ij with j <= i)
+    mag/L<i>/jitter            largest diagonal jitter a failed Cholesky needed (0 normally)
+    mag/L<i>/gate_mean         mean gate value
+
+The gates record only on the steps that are logged (the trainer switches MagnitudeGate.record_stats on for those
+steps and off otherwise), so the other steps pay no device syncs and no residual product.
+
 Steps are counted from 1: step k is the k-th optimizer update, made with learning rate ``lr_at(k)``; the
 metrics row of step k describes the model *after* that update. Step 0 is the untrained model (one validation
 row, when train.eval_interval > 0).
@@ -47,6 +62,7 @@ from ..configio import load_config, save_toml
 from ..data import Dataset, default_cache_dir, load_tokenizer, prepare
 from ..errors import ConfigError
 from ..model import GPT
+from ..nn.gates import magnitude_gates, magnitude_log, record_magnitude_stats
 from . import distributed as D
 from .checkpoint import CHECKPOINT_DIR, WEIGHTS, find_checkpoint, load_checkpoint, load_weights, save_checkpoint
 from .config import RunConfig
@@ -288,6 +304,8 @@ class _Trainer:
         tc = self.tc
         torch.manual_seed(tc.seed)
         self.model = GPT(self.cfg.model).to(self.device)
+        self.has_gates = bool(magnitude_gates(self.model))
+        record_magnitude_stats(self.model, False)  # switched on for the steps that are logged (see _train_step)
         if self.info.enabled:  # independent dropout streams per rank (the init above is identical on all)
             torch.manual_seed(tc.seed + self.info.rank)
         self.optimizer = make_optimizer(self.model, tc, self.device.type)
@@ -426,7 +444,12 @@ class _Trainer:
         start = time.perf_counter()
         self._take_snapshot()
         self.phase = "step"
-        loss = self._forward_backward()
+        record = self.has_gates and self._row_due(k)
+        record_magnitude_stats(self.model, record)
+        try:
+            loss = self._forward_backward()
+        finally:
+            record_magnitude_stats(self.model, False)
         reduced = D.all_reduce(torch.stack([loss, torch.tensor(float(self.stop_requested), device=self.device)]),
                                self.info)
         loss_value = float(reduced[0]) / self.info.world_size
@@ -450,7 +473,8 @@ class _Trainer:
         self.session_all[1] += elapsed
         self.window_tokens += self.tokens_per_step
         self.window_time += elapsed
-        return {"train_loss": loss_value, "lr": lr, "grad_norm": grad_norm, "step_time_s": elapsed}
+        stats = {"train_loss": loss_value, "lr": lr, "grad_norm": grad_norm, "step_time_s": elapsed}
+        return {**stats, **magnitude_log(self.model)} if record else stats
 
     # ------------------------------------------------------------------------------------------ evaluation
 
@@ -493,8 +517,10 @@ class _Trainer:
 
     def _row(self, k: int, stats: dict, val: float | None) -> dict:
         """A metrics.jsonl row: step, tokens seen, train loss of step k (mean over its micro-batches and ranks),
-        val loss (null unless evaluated), lr used by step k, gradient norm before clipping, throughput."""
+        val loss (null unless evaluated), lr used by step k, gradient norm before clipping, throughput; with
+        magnitude gates also the "mag/L<i>/<stat>" keys of the module docstring."""
         tps = self.window_tokens / self.window_time if self.window_time > 0 else stats.get("tokens_per_s")
+        mag = {key: _finite_or_none(value) for key, value in stats.items() if key.startswith("mag/")}
         return {
             "step": k,
             "tokens": self.tokens,
@@ -504,6 +530,7 @@ class _Trainer:
             "grad_norm": _finite_or_none(stats.get("grad_norm")),
             "tokens_per_s": tps,
             "step_time_s": stats.get("step_time_s"),
+            **mag,
         }
 
     def _log_row(self, k: int, stats: dict, val: float | None) -> None:
@@ -516,7 +543,8 @@ class _Trainer:
             f.write(json.dumps(row) + "\n")
         self.logged_steps.add(k)
         if self.tensorboard is not None:
-            for key in ("train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s"):
+            scalars = ("train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s")
+            for key in (*scalars, *(key for key in row if key.startswith("mag/"))):
                 if row[key] is not None:
                     self.tensorboard.add_scalar(key, row[key], k)
         if val is not None:

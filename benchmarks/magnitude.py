@@ -1,0 +1,168 @@
+"""Benchmark: the magnitude-gated attention layers (seed 000) against raw SDPA, with the issue's speed targets.
+
+Rows (batch 8, heads 8, head_dim 64, forward+backward; the targets of "Magnitude Attention, done right"):
+  global-cg        magnitude="global", solver="cg", 5 iterations, bidirectional (causal=false): seq 512, <= 1.5x
+  magnitude-causal key j's weight inside its own prefix (one Cholesky factor):                  seq 256, <= 2x
+  magnitude-prefix key j's weight inside query i's prefix (explicit attention path):             seq 256, <= 3x
+plus magnitude-causal and magnitude-prefix at seq 512 (no target; the README's speed table measured them there).
+
+Conventions of benchmarks/attention_layer.py (its helpers are imported, not copied): the reference is a layer with
+the same q/k/v/out projections around one F.scaled_dot_product_attention call (is_causal as the variant's), timed
+in this same run, alternating variant and reference call by call (medians over --repeats); ratio = variant median /
+reference median. Forward-only numbers come along (no target).
+
+Peak memory of one forward+backward call, after a warm-up call (so parameter gradients already exist):
+  cuda: torch.cuda.max_memory_allocated after reset_peak_memory_stats (bytes above the memory held before the call)
+  cpu:  torch.profiler with profile_memory=True: the largest running total of bytes allocated minus freed by torch's
+        CPU allocator during the call (tensors alive before the call are not counted). Not RSS: the C library may
+        keep or map more than torch asks for.
+
+    python benchmarks/magnitude.py                          # CPU fp32, every row
+    python benchmarks/magnitude.py --rows magnitude-causal:256 global-cg:512 --repeats 5
+    python benchmarks/magnitude.py --profile magnitude-causal:256          # torch.profiler table instead of JSON
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from attention_layer import RawSDPALayer, _sync, compare, fwd, fwd_bwd  # noqa: E402  (benchmarks/ helpers)
+
+from attnlab import GPTConfig  # noqa: E402
+from attnlab.nn import Attention  # noqa: E402
+
+# row name -> (AttentionConfig overrides, causal); the variants' own defaults otherwise (eps 1e-3, clamp gate, t 1)
+FORMS = {
+    "global-cg": ({"magnitude": "global", "magnitude_solver": "cg", "magnitude_cg_iters": 5, "causal": False}, False),
+    "magnitude-causal": ("magnitude-causal", True),
+    "magnitude-prefix": ("magnitude-prefix", True),
+}
+TARGETS = {("global-cg", 512): 1.5, ("magnitude-causal", 256): 2.0, ("magnitude-prefix", 256): 3.0}
+DEFAULT_ROWS = ["global-cg:512", "magnitude-causal:256", "magnitude-prefix:256", "magnitude-causal:512",
+                "magnitude-prefix:512"]
+
+
+class RawSDPABidirectional(RawSDPALayer):
+    """The reference for the bidirectional (global) form: the same layer with is_causal=False."""
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (m(x).view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for m in (self.q, self.k, self.v))
+        return self.o(F.scaled_dot_product_attention(q, k, v, is_causal=False).transpose(1, 2).reshape(b, t, c))
+
+
+def peak_memory_mb(fn, device) -> tuple[float, str]:
+    """(MiB, method): peak bytes allocated during fn() above what was allocated before it (see the docstring)."""
+    if device.type == "cuda":
+        _sync(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        _sync(device)
+        return (torch.cuda.max_memory_allocated(device) - before) / 2**20, "torch.cuda.max_memory_allocated"
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    totals, stack = [0], list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        stack.extend(event.children)
+        if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
+            totals.append(event.extra_fields.total_allocated)
+    return max(totals) / 2**20, "torch.profiler profile_memory (CPU allocator, running total)"
+
+
+def build(name: str, seq: int, heads: int, head_dim: int, device, dtype):
+    attention, causal = FORMS[name]
+    n_embd = heads * head_dim
+    cfg = GPTConfig(n_head=heads, n_embd=n_embd, block_size=seq, attention=attention).resolved_attention()
+    reference = (RawSDPALayer if causal else RawSDPABidirectional)(n_embd, heads)
+    layer = Attention(cfg, n_embd)
+    layer.magnitude.record_stats = False  # as on the trainer's steps that are not logged
+    return layer.to(device, dtype), reference.to(device, dtype), cfg
+
+
+def parse_row(text: str) -> tuple[str, int]:
+    name, _, seq = text.partition(":")
+    if name not in FORMS or not seq.isdigit():
+        raise SystemExit(f"--rows: {text!r} is not NAME:SEQ with NAME one of {', '.join(FORMS)}")
+    return name, int(seq)
+
+
+def profile_row(layer, x, device) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    step = fwd_bwd(layer, x)
+    step()
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])) as p:
+        step()
+        _sync(device)
+    print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", nargs="*", default=DEFAULT_ROWS, help="NAME:SEQ, NAME in " + ", ".join(FORMS))
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--profile", metavar="NAME:SEQ", help="print a torch.profiler table of one fwd+bwd call and exit")
+    args = p.parse_args(argv)
+
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    torch.manual_seed(0)
+    if args.profile:
+        name, seq = parse_row(args.profile)
+        layer, _, _ = build(name, seq, args.heads, args.head_dim, device, dtype)
+        x = torch.randn(args.batch, seq, args.heads * args.head_dim, device=device, dtype=dtype, requires_grad=True)
+        profile_row(layer, x, device)
+        return
+    results, memory_method, load_before = [], None, os.getloadavg()
+    for name, seq in map(parse_row, args.rows):
+        layer, reference, cfg = build(name, seq, args.heads, args.head_dim, device, dtype)
+        x = torch.randn(args.batch, seq, args.heads * args.head_dim, device=device, dtype=dtype)
+        x_grad = x.clone().requires_grad_()
+        row = {"row": name, "seq": seq, "magnitude": cfg.magnitude, "solver": cfg.magnitude_solver,
+               "causal": cfg.causal}
+        for mode, make, inp in (("fwd", fwd, x), ("fwd_bwd", fwd_bwd, x_grad)):
+            ours, ref = compare(make(layer, inp), make(reference, inp), device, args.warmup, args.repeats)
+            row[f"{mode}_ms"], row[f"sdpa_{mode}_ms"], row[f"{mode}_ratio"] = round(ours, 2), round(ref, 2), round(ours / ref, 3)
+        for who, module in (("", layer), ("sdpa_", reference)):
+            mb, memory_method = peak_memory_mb(fwd_bwd(module, x_grad), device)
+            row[f"{who}peak_mb"] = round(mb, 1)
+        target = TARGETS.get((name, seq))
+        row["target_ratio"], row["met"] = target, None if target is None else row["fwd_bwd_ratio"] <= target
+        results.append(row)
+        print(json.dumps(row), file=sys.stderr)  # progress
+    out = {
+        "benchmark": "magnitude",
+        "shape": {"batch": args.batch, "heads": args.heads, "head_dim": args.head_dim},
+        "device": str(device), "dtype": args.dtype, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "repeats": args.repeats,
+        "load_average_1min": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
+        "memory": memory_method,
+        "note": "ratio = attnlab layer median / raw-SDPA layer median in this run (same projections; is_causal as "
+                "the row's); target and met refer to fwd_bwd_ratio",
+        "results": results,
+    }
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
