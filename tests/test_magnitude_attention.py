@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import GPT, Attention, AttentionConfig, ConfigError, GPTConfig, get_variant, variant_info
+from attnlab import GPT, Attention, AttentionConfig, GPTConfig, get_variant, variant_info
 from attnlab.functional import attention, uses_sdpa
 from attnlab.functional import magnitude as M
 from attnlab.nn.gates import MagnitudeGate, magnitude_stats

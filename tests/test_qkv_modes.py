@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import GPT, Attention, AttentionConfig, ConfigError, GPTConfig, get_variant
+from attnlab import GPT, Attention, AttentionConfig, GPTConfig, get_variant
 from attnlab.functional import qk_normalize
 from attnlab.nn.projections import IdentityInitLinear, LowRankLinear
 from reference import attention_ref
 from test_causal_leak import LEAK_TOL, build, max_leak
+from test_config import one_line_error
 
 C, H, D, B, T = 32, 4, 8, 2, 9  # n_embd, n_head, head_dim, batch, sequence
 
@@ -256,15 +257,6 @@ def test_default_projections_are_plain_linear_for_hf_loading():
 ])
 def test_combinations_run_and_do_not_leak(cfg):
     assert max_leak(build(cfg, "rope")) < LEAK_TOL
-
-
-def one_line_error(fn, *patterns):
-    with pytest.raises(ConfigError) as info:
-        fn()
-    msg = str(info.value)
-    assert "\n" not in msg
-    for p in patterns:
-        assert p in msg, msg
 
 
 @pytest.mark.parametrize("bad, patterns", [
