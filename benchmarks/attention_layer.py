@@ -26,6 +26,7 @@ from torch import nn
 from attnlab import GPTConfig, variants
 from attnlab.functional import attention
 from attnlab.nn import Attention
+from attnlab.nn.gates import record_magnitude_stats
 
 
 class RawSDPALayer(nn.Module):
@@ -111,6 +112,7 @@ def main(argv=None):
     for name in args.variants or variants():
         cfg = GPTConfig(n_head=args.heads, n_embd=n_embd, block_size=args.seq, attention=name).resolved_attention()
         layer = Attention(cfg, n_embd).to(device, dtype)
+        record_magnitude_stats(layer, False)  # as in training: gate statistics only on logged steps
         row = {"variant": name, "sdpa_path": cfg.sdpa_compatible and cfg.backend != "explicit"}
         for mode, make, inp in (("fwd", fwd, x), ("fwd_bwd", fwd_bwd, x_grad)):
             ours, ref = compare(make(layer, inp), make(reference, inp), device, args.warmup, args.repeats)
