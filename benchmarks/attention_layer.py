@@ -89,16 +89,21 @@ def peak_memory_mb(fn, device) -> float | None:
     return torch.cuda.max_memory_allocated(device) / 2**20
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_shape_args(p: argparse.ArgumentParser) -> None:
+    """The options every attention benchmark shares: shape, repeats, device, dtype."""
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--seq", type=int, default=512)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_shape_args(p)
+    p.add_argument("--seq", type=int, default=512)
     p.add_argument("--variants", nargs="*", default=None, help="default: every registered variant")
     args = p.parse_args(argv)
 

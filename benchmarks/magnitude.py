@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from attention_layer import RawSDPALayer, _sync, compare, fwd, fwd_bwd  # noqa: E402  (benchmarks/ helpers)
+from attention_layer import RawSDPALayer, _sync, add_shape_args, compare, fwd, fwd_bwd  # noqa: E402  (benchmarks/ helpers)
 
 from attnlab import GPTConfig  # noqa: E402
 from attnlab.nn import Attention  # noqa: E402
@@ -115,13 +115,7 @@ def profile_row(layer, x, device) -> None:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", nargs="*", default=DEFAULT_ROWS, help="NAME:SEQ, NAME in " + ", ".join(FORMS))
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    add_shape_args(p)
     p.add_argument("--profile", metavar="NAME:SEQ", help="print a torch.profiler table of one fwd+bwd call and exit")
     args = p.parse_args(argv)
 

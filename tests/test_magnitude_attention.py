@@ -213,16 +213,23 @@ def test_the_jitter_retry_is_causal(form):
     """eps = 0 and duplicates only after position 5: the factorisation fails there and is retried with jitter from
     the failing pivot on. The gates of positions <= 5 must be bit-identical to those of a future without duplicates
     (a jitter on the whole diagonal would move them, by ~1e-16: rounding-sized, but a leak)."""
-    g = torch.Generator().manual_seed(4)
-    early = torch.randn(1, 2, 6, 4, generator=g, dtype=F64)
-    dup_future = torch.cat([early, early[:, :, [0, 1, 0, 2]]], dim=2)  # keys 7..10 repeat keys 1, 2, 1, 3
-    new_future = torch.cat([early, torch.randn(1, 2, 4, 4, generator=g, dtype=F64)], dim=2)
+    _assert_jitter_keeps_prefix(form, seed=4, n_early=6, repeats=[0, 1, 0, 2])  # keys 7..10 repeat keys 1, 2, 1, 3
+
+
+def _assert_jitter_keeps_prefix(form, seed, n_early, repeats):
+    """Gates of the first n_early keys: bit-identical whether later keys repeat earlier ones (eps = 0, so the
+    factorisation fails and is retried with jitter) or are new random keys."""
+    g = torch.Generator().manual_seed(seed)
+    early = torch.randn(1, 2, n_early, 4, generator=g, dtype=F64)
+    dup_future = torch.cat([early, early[:, :, repeats]], dim=2)
+    new_future = torch.cat([early, torch.randn(1, 2, len(repeats), 4, generator=g, dtype=F64)], dim=2)
     gate = MagnitudeGate(form, eps=0.0).double()
     with pytest.warns(RuntimeWarning, match="jitter"):
         a = gate(dup_future)
     assert gate.last_stats["jitter"] > 0
     b = gate(new_future)
-    assert torch.equal(a[..., :6, :] if form == "prefix" else a[..., :6], b[..., :6, :] if form == "prefix" else b[..., :6])
+    head = (..., slice(0, n_early), slice(None)) if form == "prefix" else (..., slice(0, n_early))
+    assert torch.equal(a[head], b[head])
 
 
 @pytest.mark.parametrize("variant", ["magnitude-causal", "magnitude-prefix"])
@@ -360,16 +367,7 @@ def test_fast_path_jitter_retry_is_causal_across_blocks(form, monkeypatch):
     """As test_the_jitter_retry_is_causal, with the recursion on: BLOCK = 4 splits 12 keys 8 | 4 and 4 | 4, and the
     duplicates after key 9 make the Schur complement of the last block fail; gates of keys <= 9 stay bit-identical."""
     monkeypatch.setattr(M, "BLOCK", 4)
-    g = torch.Generator().manual_seed(7)
-    early = torch.randn(1, 2, 9, 4, generator=g, dtype=F64)
-    dup_future = torch.cat([early, early[:, :, [0, 4, 7]]], dim=2)
-    new_future = torch.cat([early, torch.randn(1, 2, 3, 4, generator=g, dtype=F64)], dim=2)
-    gate = MagnitudeGate(form, eps=0.0).double()
-    with pytest.warns(RuntimeWarning, match="jitter"):
-        a = gate(dup_future)
-    assert gate.last_stats["jitter"] > 0
-    b = gate(new_future)
-    assert torch.equal(a[..., :9, :] if form == "prefix" else a[..., :9], b[..., :9, :] if form == "prefix" else b[..., :9])
+    _assert_jitter_keeps_prefix(form, seed=7, n_early=9, repeats=[0, 4, 7])
 
 
 @pytest.mark.parametrize("form", ["global", "causal", "prefix"])
