@@ -3,7 +3,7 @@
     attnlab train                                   # the default preset (cpu) on the embedded Shakespeare corpus
     attnlab train --preset tiny model.attention=rbf train.lr=3e-4
     attnlab train --resume runs/20261122-101500-standard
-    attnlab compare --variants standard gqa rbf --seeds 0 1 2
+    attnlab compare --variants standard gqa rbf --seeds 0 1 2 --jobs 2
     attnlab sample runs/20261122-101500-standard --tokens 300
     attnlab variants
     attnlab magnitude-demo
@@ -61,7 +61,8 @@ def cmd_train(args) -> int:
 def cmd_compare(args) -> int:
     from .experiments import compare
 
-    report = compare(_run_config(args), args.variants, args.seeds, args.out_dir, quiet=args.quiet)
+    report = compare(_run_config(args), args.variants, args.seeds, args.out_dir, quiet=args.quiet,
+                     jobs=args.jobs, threads=args.threads)
     print(f"report: {report}")
     return 0
 
@@ -200,6 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", nargs="+", required=True, help="variant names; the first is the baseline")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--out-dir", default="runs/compare", help="where runs and report.md go (resumable)")
+    p.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process (default 1)")
+    p.add_argument("--threads", type=int, help="CPU threads per run (default: all cores divided by --jobs)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("sample", help="generate text from a trained run")

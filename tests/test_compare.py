@@ -382,3 +382,45 @@ def test_compare_end_to_end_tiny(tmp_path):
     assert len(calls) == 5 and calls[-1] is None
     again = json.loads((tmp_path / "cmp" / "results.json").read_text())
     assert again["variants"][1]["final_val_loss"] == results["variants"][1]["final_val_loss"]
+
+
+def _tiny_budget(tmp_path) -> RunConfig:
+    base = tiny()
+    return base.replace(
+        data=dataclasses.replace(base.data, cache_dir=str(tmp_path / "cache")),
+        train=base.train.replace(max_steps=4, warmup_steps=1, eval_interval=2, eval_tokens=256, batch_size=4,
+                                 sample_tokens=0, log_interval=2),
+    )
+
+
+def test_parallel_jobs_match_sequential_runs(tmp_path):
+    """jobs=2 (two `attnlab train` processes) gives the same losses as jobs=1 in this process, same threads."""
+    base = _tiny_budget(tmp_path)
+    variants, seeds = ["standard", "mqa"], [0, 1]
+    compare(base, variants, seeds, tmp_path / "seq", quiet=True, threads=1)
+    compare(base, variants, seeds, tmp_path / "par", quiet=True, jobs=2, threads=1)
+    for v in variants:
+        for s in seeds:
+            a = json.loads((run_dir(tmp_path / "seq", v, s) / "summary.json").read_text())
+            b = json.loads((run_dir(tmp_path / "par", v, s) / "summary.json").read_text())
+            assert b["status"] == "finished"
+            # same config, same thread count, same torch: the same floating-point operations
+            assert b["final_val_loss"] == pytest.approx(a["final_val_loss"], rel=1e-6, abs=0)
+    assert (tmp_path / "par" / "logs" / "mqa-seed1.log").exists()
+    # everything finished: a rerun starts no process and rewrites the same report
+    before = (tmp_path / "par" / "results.json").read_text()
+    compare(base, variants, seeds, tmp_path / "par", quiet=True, jobs=2, threads=1)
+    assert (tmp_path / "par" / "results.json").read_text() == before
+
+
+def test_parallel_jobs_report_a_crashed_run(tmp_path):
+    base = _tiny_budget(tmp_path)
+    base = base.replace(data=dataclasses.replace(base.data, source=str(tmp_path / "missing.txt")))
+    with pytest.raises(RuntimeError, match=r"standard seed 0: exited with status 2; see .*standard-seed0.log"):
+        compare(base, ["standard"], [0], tmp_path / "cmp", quiet=True, jobs=2, threads=1)
+
+
+@pytest.mark.parametrize("kw", [{"jobs": 0}, {"jobs": 1.5}, {"threads": 0}])
+def test_jobs_and_threads_are_checked(tmp_path, kw):
+    with pytest.raises(ConfigError, match=next(iter(kw))):
+        compare(tiny(), ["standard"], [0], tmp_path, train_fn=FakeTrainer(), **kw)
