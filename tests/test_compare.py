@@ -424,3 +424,38 @@ def test_parallel_jobs_report_a_crashed_run(tmp_path):
 def test_jobs_and_threads_are_checked(tmp_path, kw):
     with pytest.raises(ConfigError, match=next(iter(kw))):
         compare(tiny(), ["standard"], [0], tmp_path, train_fn=FakeTrainer(), **kw)
+
+
+@pytest.mark.slow
+def test_parallel_jobs_survive_sigint_and_resume(tmp_path):
+    """SIGINT to `attnlab compare --jobs 2` reaches both training processes once: each saves a checkpoint and
+    reports "interrupted"; rerunning the command resumes both and finishes them."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "cmp"
+    cmd = [sys.executable, "-m", "attnlab.cli", "compare", "--preset", "tiny", "--variants", "standard", "mqa",
+           "--seeds", "0", "--jobs", "2", "--threads", "1", "--out-dir", str(out),
+           f"data.cache_dir={tmp_path / 'cache'}", "train.max_steps=3000", "train.eval_interval=1000",
+           "train.sample_tokens=0", "train.log_interval=10"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = [run_dir(out, v, 0) / "metrics.jsonl" for v in ("standard", "mqa")]
+    deadline = time.monotonic() + 120
+    while not all(m.exists() and len(m.read_text().splitlines()) >= 3 for m in metrics):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGINT)
+    text = proc.communicate(timeout=120)[0]
+    assert "compare: interrupted" in text, text
+    for v in ("standard", "mqa"):
+        summary = json.loads((run_dir(out, v, 0) / "summary.json").read_text())
+        assert summary["status"] == "interrupted" and 0 < summary["steps"] < 3000, summary
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(": resuming (") == 2, done.stdout
+    for v in ("standard", "mqa"):
+        summary = json.loads((run_dir(out, v, 0) / "summary.json").read_text())
+        assert summary["status"] == "finished" and summary["steps"] == 3000

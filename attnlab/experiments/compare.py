@@ -17,7 +17,8 @@ is refused, so a resumed comparison can never silently mix token budgets.
 ``out_dir/logs/<variant>-seed<k>.log``. On the 2-core CPU machine two 1-thread runs train ~1.2-1.3x more
 tokens per second in total than one 2-thread run (small matrices use two threads poorly). A run's losses
 depend on its thread count through the order of floating-point sums, so they match a ``jobs=1`` run to
-rounding, not bit for bit. Ctrl-C reaches every child process: each saves a checkpoint, and rerunning resumes.
+rounding, not bit for bit. Ctrl-C (SIGINT to this process) is passed on to every child: each saves a
+checkpoint and exits, and rerunning resumes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -296,8 +298,8 @@ def _run_in_subprocesses(todo: list, out_dir: Path, jobs: int, threads: int, qui
     """Up to ``jobs`` ``attnlab train`` processes at once, each with ``threads`` threads.
 
     A child that exits non-zero without a "diverged" or "interrupted" summary is a crash: the others are
-    let finish (or interrupted by the same Ctrl-C) and a RuntimeError names the run and its log. Ctrl-C goes
-    to the whole process group; this process then waits for the children to save their checkpoints.
+    let finish and a RuntimeError names the run and its log. On SIGINT this process sends one SIGINT to each
+    child (they run in their own sessions) and waits for them to save their checkpoints.
     """
     logs = out_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -313,7 +315,10 @@ def _run_in_subprocesses(todo: list, out_dir: Path, jobs: int, threads: int, qui
                     log = logs / f"{path.parent.name}-{path.name}.log"
                     cmd = _train_command(cfg, path, state, Path(tmp) / f"{len(running)}-{time.time_ns()}.toml")
                     with open(log, "a", encoding="utf-8") as fh:
-                        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
+                        # own session: a terminal's Ctrl-C reaches only this process, which forwards exactly
+                        # one SIGINT (a second one would stop a child's checkpoint save)
+                        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                                start_new_session=True)
                     running.append((head, path, log, proc, time.perf_counter()))
                     _say(quiet, f"{head} {'resuming' if state == 'resume' else 'starting'} "
                                 f"({path}, {threads} thread{'s' if threads > 1 else ''}, log {log})")
@@ -321,7 +326,11 @@ def _run_in_subprocesses(todo: list, out_dir: Path, jobs: int, threads: int, qui
                     break
                 time.sleep(0.2)
             except KeyboardInterrupt:
-                stopping = True  # the children got the same SIGINT: let them checkpoint and exit
+                if not stopping:  # ask each child once to checkpoint and exit, then wait for them
+                    for item in running:
+                        if item[3].poll() is None:
+                            item[3].send_signal(signal.SIGINT)
+                stopping = True
                 continue
             for item in [r for r in running if r[3].poll() is not None]:
                 running.remove(item)
