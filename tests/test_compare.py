@@ -9,6 +9,7 @@ import math
 import random
 import shutil
 import statistics
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -325,6 +326,23 @@ def test_compare_refuses_a_different_existing_comparison(tmp_path):
     fake = FakeTrainer()
     compare(same, ["standard", "gqa"], [0, 1], tmp_path, quiet=True, train_fn=fake)
     assert fake.calls == []
+
+
+def test_compare_written_before_a_new_setting_still_resumes(tmp_path):
+    """A compare.toml from before a setting existed (here: train.track_rank) resumes when the new setting is at
+    its default, and is refused when it is not."""
+    import tomli_w
+
+    compare(tiny(), ["standard", "gqa"], [0, 1], tmp_path, quiet=True, train_fn=FakeTrainer())
+    spec = tomllib.loads((tmp_path / "compare.toml").read_text())
+    del spec["base"]["train"]["track_rank"]
+    (tmp_path / "compare.toml").write_text(tomli_w.dumps(spec))
+    fake = FakeTrainer()
+    compare(tiny(), ["standard", "gqa"], [0, 1], tmp_path, quiet=True, train_fn=fake)
+    assert fake.calls == []
+    off = tiny().replace(train=tiny().train.replace(track_rank=False))
+    with pytest.raises(ConfigError, match=r"train\.track_rank: True -> False"):
+        compare(off, ["standard", "gqa"], [0, 1], tmp_path, quiet=True, train_fn=FakeTrainer())
 
 
 def test_compare_rejects_bad_lists_up_front(tmp_path):

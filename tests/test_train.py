@@ -209,6 +209,19 @@ def test_tiny_run_writes_every_artifact(tmp_path, cache_dir, capfd):
             count += y.numel()
     assert total / count == pytest.approx(summary["final_val_loss"], rel=1e-5)
 
+    # pseudo-rank tracked on evaluation rows: recomputed here from the saved weights with plain SVDs
+    assert [r["step"] for r in rows if "pseudo_rank/q/L0" in r] == [0, 10, 20]
+    for i, block in enumerate(model.blocks):
+        for m, weight in (("q", block.attn.q_proj.weight), ("o", block.attn.out_proj.weight)):
+            s = torch.linalg.svdvals(weight.detach().double())
+            energy = torch.cumsum(s**2, 0) / (s**2).sum()
+            k_star = int((energy < 0.95).sum()) + 1  # smallest k holding 95% of sum s_i^2
+            assert rows[-1][f"pseudo_rank/{m}/L{i}"] == pytest.approx(k_star / len(s), abs=1e-12)
+            pr = float((s**2).sum() ** 2 / (s**4).sum())
+            assert rows[-1][f"participation_ratio/{m}/L{i}"] == pytest.approx(pr, rel=1e-9)
+    assert rows[-1]["pseudo_rank/q/mean"] == pytest.approx(
+        sum(rows[-1][f"pseudo_rank/q/L{i}"] for i in range(cfg.model.n_layer)) / cfg.model.n_layer, abs=1e-12)
+
     text = (run / "samples.txt").read_text(encoding="utf-8")
     assert len(text) == cfg.train.sample_tokens and set(text) <= set(tokenizer.chars)
 
@@ -236,6 +249,10 @@ def test_same_seed_same_losses(tmp_path, cache_dir):
     assert a["final_val_loss"] == b["final_val_loss"]
     assert exact_rows(tmp_path / "a") != exact_rows(tmp_path / "c") and c["final_val_loss"] != a["final_val_loss"]
     assert not (tmp_path / "a" / "samples.txt").exists()
+    d = train(tiny(tmp_path / "d", cache_dir, train__track_rank=False, **base), quiet=True)
+    assert d["final_val_loss"] == a["final_val_loss"]  # tracking the rank changes nothing else
+    assert not any(k.startswith(("pseudo_rank", "participation")) for r in read_metrics(tmp_path / "d" /
+                                                                                           "metrics.jsonl") for k in r)
 
 
 def test_bfloat16_autocast_run(tmp_path, cache_dir):

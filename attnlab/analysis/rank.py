@@ -143,8 +143,8 @@ def spectrum_stats(s, mass: float = MASS) -> dict:
     """pseudo_rank, participation_ratio and n of one spectrum [n], or their means over heads for [H, n]."""
     s = torch.as_tensor(s, dtype=torch.float64)
     pr_, part = pseudo_rank(s, mass), participation_ratio(s)
-    return {"pseudo_rank": float(torch.as_tensor(pr_).mean()),
-            "participation_ratio": float(torch.as_tensor(part).mean()), "n": s.shape[-1]}
+    mean = lambda x: float(torch.as_tensor(x, dtype=torch.float64).mean())  # noqa: E731 (a float stays float64)
+    return {"pseudo_rank": mean(pr_), "participation_ratio": mean(part), "n": s.shape[-1]}
 
 
 def rank_metrics(model: nn.Module, mass: float = MASS, per_layer: bool = True) -> dict[str, float]:

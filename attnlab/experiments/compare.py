@@ -35,7 +35,7 @@ import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..configio import load_toml, save_toml, to_dict
+from ..configio import from_dict, load_toml, save_toml, to_dict
 from ..errors import ConfigError
 from ..train.checkpoint import find_checkpoint
 from ..variants import variant_info
@@ -101,16 +101,29 @@ def spec_differences(old: dict, new: dict) -> list[str]:
     return diffs
 
 
-def check_or_write_spec(out_dir: Path, spec: dict) -> bool:
+def _with_defaults(spec: dict, cls) -> dict:
+    """An existing spec with every setting it does not name filled in with ``cls``'s default, so a field added
+    by a later attnlab version (with its default) does not make an old comparison "different"."""
+    if cls is None or not isinstance(spec.get("base"), dict):
+        return spec
+    try:
+        cfg = from_dict(cls, spec["base"])
+    except (ConfigError, TypeError, ValueError):
+        return spec  # unreadable: compared as written, so the difference is reported
+    return spec_dict(cfg, spec.get("variants", []), spec.get("seeds", []))
+
+
+def check_or_write_spec(out_dir: Path, spec: dict, type_of_base=None) -> bool:
     """Write ``out_dir/compare.toml``, or check that the one already there is ``spec``; True when resuming.
 
-    A different existing spec is a one-line ConfigError naming the differing keys.
+    A different existing spec is a one-line ConfigError naming the differing keys; settings missing from the
+    existing file count as ``type_of_base``'s defaults (see :func:`_with_defaults`).
     """
     path = out_dir / SPEC_FILE
     if not path.exists():
         save_toml(spec, path)
         return False
-    diffs = spec_differences(load_toml(path), spec)
+    diffs = spec_differences(_with_defaults(load_toml(path), type_of_base), spec)
     if diffs:
         shown = "; ".join(diffs[:5]) + (f"; and {len(diffs) - 5} more" if len(diffs) > 5 else "")
         raise ConfigError(
@@ -235,7 +248,7 @@ def compare(
         raise ValueError("train_fn is only used with jobs=1 (jobs > 1 runs `attnlab train` processes)")
     out_dir = Path(out_dir)
     grid = [(v, s, run_config(base, v, s, out_dir)) for v in variants for s in seeds]  # validates all up-front
-    resuming = check_or_write_spec(out_dir, spec_dict(base, variants, seeds))
+    resuming = check_or_write_spec(out_dir, spec_dict(base, variants, seeds), type(base))
     _say(quiet, f"compare: {len(variants)} variants x {len(seeds)} seeds -> {out_dir}"
                 + (" (resuming)" if resuming else "") + (f", {jobs} at a time" if jobs > 1 else ""))
     todo = []

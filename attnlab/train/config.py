@@ -47,6 +47,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model
     sample_tokens: int = 500  # tokens of text generated at the end of the run; 0: none
     tensorboard: bool = False  # also write TensorBoard event files
+    track_rank: bool = True  # pseudo-rank and participation ratio of the attention weights at each evaluation
 
     def __post_init__(self):
         for name in ("batch_size", "grad_accum", "max_steps", "eval_tokens", "log_interval"):
@@ -64,7 +65,7 @@ class TrainConfig:
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"train.{name}={getattr(self, name)!r} must be a finite number")
-        for name in ("decay_lr", "compile", "tensorboard"):
+        for name in ("decay_lr", "compile", "tensorboard", "track_rank"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"train.{name}={getattr(self, name)!r} must be true or false")
         check_choice("train.device", self.device, DEVICES)

@@ -23,6 +23,12 @@ that step (its last micro-batch; rank 0's under DDP), under flat keys "mag/L<i>/
     mag/L<i>/jitter            largest diagonal jitter a failed Cholesky needed (0 normally)
     mag/L<i>/gate_mean         mean gate value
 
+Pseudo-rank (seed 001; train.track_rank, on by default): every row with a validation loss also carries
+attnlab.analysis.rank.rank_metrics of the model at that step: "pseudo_rank/<m>/L<i>" (fraction of singular values
+holding 95% of the squared-singular-value energy) and "participation_ratio/<m>/L<i>" for m in q, k, v, o, qk
+(W_q W_k' per head, averaged), plus ".../<m>/mean" over layers. Matrices a variant does not have (identity Q/K)
+are absent. Cost: one small SVD per matrix per evaluation (milliseconds at the cpu preset).
+
 The gates record only on the steps that are logged (the trainer switches MagnitudeGate.record_stats on for those
 steps and off otherwise), so the other steps pay no device syncs and no residual product.
 
@@ -62,6 +68,7 @@ from ..configio import load_config, save_toml
 from ..data import Dataset, default_cache_dir, load_tokenizer, prepare
 from ..errors import ConfigError
 from ..model import GPT
+from ..analysis.rank import rank_metrics
 from ..nn.gates import magnitude_gates, magnitude_log, record_magnitude_stats
 from . import distributed as D
 from .checkpoint import CHECKPOINT_DIR, WEIGHTS, find_checkpoint, load_checkpoint, load_weights, save_checkpoint
@@ -539,12 +546,14 @@ class _Trainer:
         self.window_tokens, self.window_time = 0, 0.0
         if not self.info.is_main:
             return
+        if val is not None and self.tc.track_rank:  # seed 001: how the weights' pseudo-rank evolves
+            row.update(rank_metrics(self.model))
         with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
         self.logged_steps.add(k)
         if self.tensorboard is not None:
             scalars = ("train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s")
-            for key in (*scalars, *(key for key in row if key.startswith("mag/"))):
+            for key in (*scalars, *(key for key in row if key.startswith(("mag/", "pseudo_rank/", "participation")))):
                 if row[key] is not None:
                     self.tensorboard.add_scalar(key, row[key], k)
         if val is not None:
