@@ -251,7 +251,7 @@ def test_compare_runs_the_grid_with_identical_settings(tmp_path, capsys):
     report = compare(base, ["standard", "gqa"], [3, 4], tmp_path / "cmp", train_fn=fake)
     assert report == tmp_path / "cmp" / "report.md" and report.exists()
     assert [(v, s, how) for v, s, how, _ in fake.calls] == [
-        ("standard", 3, "fresh"), ("standard", 4, "fresh"), ("gqa", 3, "fresh"), ("gqa", 4, "fresh")]
+        ("standard", 3, "fresh"), ("gqa", 3, "fresh"), ("standard", 4, "fresh"), ("gqa", 4, "fresh")]  # seed-major
     for v, s, _, cfg in fake.calls:
         assert cfg.out_dir == str(tmp_path / "cmp" / v / f"seed{s}")
         assert cfg.replace(model=cfg.model.replace(attention="standard"), train=cfg.train.replace(seed=1337),
@@ -281,7 +281,7 @@ def test_compare_resumes(tmp_path):
     second = FakeTrainer()
     compare(tiny(), variants, seeds, out, quiet=True, train_fn=second)
     assert [(v, s, how) for v, s, how, _ in second.calls] == [
-        ("standard", 1, "resume"), ("gqa", 0, "resume"), ("gqa", 1, "fresh"), ("mqa", 1, "fresh")]
+        ("gqa", 0, "resume"), ("standard", 1, "resume"), ("gqa", 1, "fresh"), ("mqa", 1, "fresh")]
 
     third = FakeTrainer()
     compare(tiny(), variants, seeds, out, quiet=True, train_fn=third)

@@ -247,7 +247,8 @@ def compare(
     if jobs > 1 and train_fn is not None:
         raise ValueError("train_fn is only used with jobs=1 (jobs > 1 runs `attnlab train` processes)")
     out_dir = Path(out_dir)
-    grid = [(v, s, run_config(base, v, s, out_dir)) for v in variants for s in seeds]  # validates all up-front
+    # seed-major: an unfinished comparison has every variant at the first seeds (validates all up-front)
+    grid = [(v, s, run_config(base, v, s, out_dir)) for s in seeds for v in variants]
     resuming = check_or_write_spec(out_dir, spec_dict(base, variants, seeds), type(base))
     _say(quiet, f"compare: {len(variants)} variants x {len(seeds)} seeds -> {out_dir}"
                 + (" (resuming)" if resuming else "") + (f", {jobs} at a time" if jobs > 1 else ""))
