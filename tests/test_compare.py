@@ -445,9 +445,10 @@ def test_jobs_and_threads_are_checked(tmp_path, kw):
 
 
 @pytest.mark.slow
-def test_parallel_jobs_survive_sigint_and_resume(tmp_path):
-    """SIGINT to `attnlab compare --jobs 2` reaches both training processes once: each saves a checkpoint and
-    reports "interrupted"; rerunning the command resumes both and finishes them."""
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_parallel_jobs_survive_sigint_and_resume(tmp_path, signame):
+    """SIGINT (Ctrl-C) or SIGTERM (kill) to `attnlab compare --jobs 2` reaches both training processes once as
+    SIGINT: each saves a checkpoint and reports "interrupted"; rerunning the command resumes both and finishes."""
     import os
     import signal
     import subprocess
@@ -465,7 +466,7 @@ def test_parallel_jobs_survive_sigint_and_resume(tmp_path):
     while not all(m.exists() and len(m.read_text().splitlines()) >= 3 for m in metrics):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
         time.sleep(0.2)
-    os.kill(proc.pid, signal.SIGINT)
+    os.kill(proc.pid, getattr(signal, signame))
     text = proc.communicate(timeout=120)[0]
     assert "compare: interrupted" in text, text
     for v in ("standard", "mqa"):

@@ -23,6 +23,7 @@ checkpoint and exits, and rerunning resumes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from collections.abc import Callable, Sequence
@@ -37,6 +39,7 @@ from pathlib import Path
 
 from ..configio import from_dict, load_toml, save_toml, to_dict
 from ..errors import ConfigError
+from ..lock import DirectoryLock
 from ..train.checkpoint import find_checkpoint
 from ..variants import variant_info
 
@@ -237,7 +240,6 @@ def compare(
     docstring (``train_fn`` works with ``jobs=1`` only).
     """
     from ..errors import check_number
-    from .report import write_report
 
     variants, seeds = list(variants), list(seeds)
     _check_lists(variants, seeds)
@@ -249,6 +251,13 @@ def compare(
     out_dir = Path(out_dir)
     # seed-major: an unfinished comparison has every variant at the first seeds (validates all up-front)
     grid = [(v, s, run_config(base, v, s, out_dir)) for s in seeds for v in variants]
+    with DirectoryLock(out_dir, what="comparison"):  # two compares on one out_dir would train runs twice
+        return _compare_locked(base, variants, seeds, grid, out_dir, quiet, train_fn, jobs, threads)
+
+
+def _compare_locked(base, variants, seeds, grid, out_dir: Path, quiet, train_fn, jobs, threads) -> Path:
+    from .report import write_report
+
     resuming = check_or_write_spec(out_dir, spec_dict(base, variants, seeds), type(base))
     _say(quiet, f"compare: {len(variants)} variants x {len(seeds)} seeds -> {out_dir}"
                 + (" (resuming)" if resuming else "") + (f", {jobs} at a time" if jobs > 1 else ""))
@@ -312,9 +321,31 @@ def _run_in_subprocesses(todo: list, out_dir: Path, jobs: int, threads: int, qui
     """Up to ``jobs`` ``attnlab train`` processes at once, each with ``threads`` threads.
 
     A child that exits non-zero without a "diverged" or "interrupted" summary is a crash: the others are
-    let finish and a RuntimeError names the run and its log. On SIGINT this process sends one SIGINT to each
-    child (they run in their own sessions) and waits for them to save their checkpoints.
+    let finish and a RuntimeError names the run and its log. On SIGINT or SIGTERM this process sends one SIGINT
+    to each child (they run in their own sessions) and waits for them to save their checkpoints.
     """
+    with _sigterm_as_keyboard_interrupt():
+        _supervise(todo, out_dir, jobs, threads, quiet)
+
+
+@contextlib.contextmanager
+def _sigterm_as_keyboard_interrupt():
+    """Within the block SIGTERM (``kill``) is handled like Ctrl-C, so the children checkpoint before exiting."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _supervise(todo: list, out_dir: Path, jobs: int, threads: int, quiet: bool) -> None:
     logs = out_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}

@@ -67,6 +67,7 @@ from ..atomic import write_text
 from ..configio import load_config, save_toml
 from ..data import Dataset, default_cache_dir, load_tokenizer, prepare
 from ..errors import ConfigError
+from ..lock import DirectoryLock
 from ..model import GPT
 from ..analysis.rank import rank_metrics
 from ..nn.gates import magnitude_gates, magnitude_log, record_magnitude_stats
@@ -261,6 +262,7 @@ class _Trainer:
         self.tc = cfg.train
         self.quiet = quiet or not self.info.is_main
         self.tensorboard = None
+        self.lock = None
         self.signals = {}
         if self.tc.tensorboard:
             _tensorboard_class()  # fail early, on every rank alike
@@ -270,6 +272,7 @@ class _Trainer:
         try:
             self.device = D.device_for(self.info, device.type)
             self.run_dir = Path(D.broadcast_object(str(run_dir), self.info))  # ranks agree on a timestamped name
+            self._lock_run_dir()
             self._check_run_dir(resuming)
             self.ds = self._prepare_data(cfg)
             self.cfg = cfg.replace(model=cfg.model.replace(vocab_size=self.ds.vocab_size), out_dir=str(self.run_dir))
@@ -284,6 +287,18 @@ class _Trainer:
             raise
 
     # ------------------------------------------------------------------------------------------ set-up
+
+    def _lock_run_dir(self) -> None:
+        """One writer per run directory (rank 0 holds run_dir/.lock); a second process stops with one line."""
+        error = None
+        if self.info.is_main:
+            try:
+                self.lock = DirectoryLock(self.run_dir, what="training run").acquire()
+            except ConfigError as e:
+                error = str(e)
+        error = D.broadcast_object(error, self.info)  # every rank stops alike
+        if error:
+            raise ConfigError(error)
 
     def _check_run_dir(self, resuming: bool) -> None:
         if not resuming and any((self.run_dir / name).exists() for name in RUN_MARKERS):
@@ -384,6 +399,9 @@ class _Trainer:
             self.tensorboard.close()
             self.tensorboard = None
         D.shutdown_distributed(self.owns_group)
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     # ------------------------------------------------------------------------------------------ schedule
 
