@@ -4,6 +4,7 @@
     attnlab train --preset tiny model.attention=rbf train.lr=3e-4
     attnlab train --resume runs/20261122-101500-standard
     attnlab compare --variants standard gqa rbf --seeds 0 1 2 --jobs 2
+    attnlab compare --experiment boneless --jobs 2    # a shipped comparison; `attnlab experiments` lists them
     attnlab sample runs/20261122-101500-standard --tokens 300
     attnlab variants
     attnlab magnitude-demo
@@ -27,7 +28,7 @@ def _run_config(args):
     from .presets import load_preset
     from .train.config import RunConfig
 
-    cfg = load_config(RunConfig, args.config) if args.config else load_preset(args.preset)
+    cfg = load_config(RunConfig, args.config) if args.config else load_preset(args.preset or "cpu")
     overrides = list(args.overrides)
     if args.data:
         overrides.insert(0, f"data.source={args.data}")
@@ -59,11 +60,35 @@ def cmd_train(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .experiments import compare
+    from .errors import ConfigError
+    from .experiments import compare, load_experiment
 
-    report = compare(_run_config(args), args.variants, args.seeds, args.out_dir, quiet=args.quiet,
+    if args.experiment:  # a shipped grid; --variants / --seeds / --out-dir and KEY=VALUE may still adjust it
+        if args.preset or args.config or args.data:
+            raise ConfigError(f"--experiment {args.experiment} sets its own preset and data; "
+                              f"adjust it with KEY=VALUE overrides instead of --preset/--config/--data")
+        exp = load_experiment(args.experiment)
+        base = exp.base_config(args.overrides)
+        variants, seeds, out_dir = args.variants or exp.variants, args.seeds or exp.seeds, args.out_dir or exp.out_dir
+    elif not args.variants:
+        raise ConfigError("compare needs --variants NAME [NAME ...] or --experiment NAME "
+                          "(see `attnlab experiments`)")
+    else:
+        base, variants, seeds, out_dir = _run_config(args), args.variants, args.seeds or [0, 1, 2], args.out_dir
+    report = compare(base, variants, seeds, out_dir or "runs/compare", quiet=args.quiet,
                      jobs=args.jobs, threads=args.threads)
     print(f"report: {report}")
+    return 0
+
+
+def cmd_experiments(args) -> int:
+    from .experiments import experiment_names, load_experiment
+
+    for name in experiment_names():
+        exp = load_experiment(name)
+        settings = " ".join(exp.overrides)
+        print(f"{name}: {exp.description}\n    preset {exp.preset}{', ' + settings if settings else ''}; "
+              f"variants {' '.join(exp.variants)}; seeds {' '.join(map(str, exp.seeds))}; out {exp.out_dir}")
     return 0
 
 
@@ -177,7 +202,7 @@ def cmd_rank_sweep(args) -> int:
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="cpu", help="a shipped preset: tiny, cpu (default), gpt2-small")
+    p.add_argument("--preset", help="a shipped preset: tiny, cpu (default), gpt2-small")
     p.add_argument("--config", help="a TOML file with [model], [data], [train] tables (replaces --preset)")
     p.add_argument("--data", help="a UTF-8 text file or a directory of .txt/.md files (default: Shakespeare)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or log lines")
@@ -198,12 +223,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="several variants x several seeds, same data and budget; markdown report")
     _add_config_args(p)
-    p.add_argument("--variants", nargs="+", required=True, help="variant names; the first is the baseline")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--out-dir", default="runs/compare", help="where runs and report.md go (resumable)")
+    p.add_argument("--experiment", help="a shipped comparison (see `attnlab experiments`), e.g. boneless, magnitude")
+    p.add_argument("--variants", nargs="+", help="variant names; the first is the baseline")
+    p.add_argument("--seeds", nargs="+", type=int, help="training seeds (default 0 1 2)")
+    p.add_argument("--out-dir", help="where runs and report.md go (resumable; default runs/compare)")
     p.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process (default 1)")
     p.add_argument("--threads", type=int, help="CPU threads per run (default: all cores divided by --jobs)")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("experiments", help="list the shipped comparisons for `attnlab compare --experiment NAME`")
+    p.set_defaults(func=cmd_experiments)
 
     p = sub.add_parser("sample", help="generate text from a trained run")
     p.add_argument("run_dir")

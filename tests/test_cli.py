@@ -37,6 +37,10 @@ def test_variants_lists_the_registry(capsys):
     (["train", "--preset", "tiny", "model.n_layer"], ["model.n_layer", "KEY=VALUE"]),
     (["train", "--config", "/nonexistent/run.toml"], ["/nonexistent/run.toml"]),
     (["compare", "--preset", "tiny", "--variants", "standard", "nope"], ["'nope'"]),
+    (["compare", "--experiment", "bonelss"], ["'bonelss'", "did you mean 'boneless'"]),
+    (["compare", "--experiment", "boneless", "--preset", "tiny"], ["--experiment boneless", "KEY=VALUE"]),
+    (["compare", "--experiment", "boneless", "train.max_stepz=3"], ["train.max_stepz"]),
+    (["compare", "--preset", "tiny"], ["--variants", "--experiment"]),
 ])
 def test_config_mistakes_are_one_line(args, expected, capsys, cache):
     assert main(args) == 2
@@ -63,3 +67,24 @@ def test_train_sample_and_resume_refusal(capsys, cache):
     assert len(text) == 41  # 40 characters (char tokenizer) + print's newline
     assert main(["train", "--resume", str(run), "train.lr=1"]) == 2
     assert "--resume" in capsys.readouterr().err
+
+
+def test_compare_experiment_runs_the_shipped_grid(capsys, cache):
+    """`compare --experiment boneless` trains the experiment's six variants; KEY=VALUE shrinks the model and
+    budget (the command line's overrides come after the experiment's own), --seeds narrows the grid."""
+    import tomllib
+
+    out = cache / "bl"
+    small = ["model.n_layer=1", "model.n_embd=16", "model.n_head=2", "model.block_size=16", "train.max_steps=2",
+             "train.warmup_steps=1", "train.batch_size=2", "train.eval_interval=2", "train.eval_tokens=64",
+             "train.sample_tokens=0"]
+    assert main(["compare", "--experiment", "boneless", "--seeds", "0", "--quiet", "--out-dir", str(out),
+                 *small]) == 0
+    spec = tomllib.loads((out / "compare.toml").read_text())
+    assert spec["variants"] == ["standard", "boneless-corr", "boneless-softmax", "boneless-value", "identity-qk",
+                                "residual-qk"]
+    assert spec["seeds"] == [0] and spec["base"]["train"]["max_steps"] == 2
+    assert spec["base"]["preset"] == "cpu" and spec["base"]["train"]["lr"] == 2e-3  # the cpu preset underneath
+    for v in spec["variants"]:
+        assert json.loads((out / v / "seed0" / "summary.json").read_text())["status"] == "finished"
+    assert "boneless-corr" in (out / "report.md").read_text()
