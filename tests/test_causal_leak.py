@@ -76,3 +76,24 @@ def test_detects_a_planted_denominator_leak():
         leaky.load_state_dict(block.attn.state_dict())
         block.attn = leaky
     assert max_leak(model) > 10 * LEAK_TOL  # caught with margin by the same bound
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", variants())
+def test_no_leak_at_the_cpu_preset_context(variant):
+    """The same perturbation test at T = 256 (the default preset's context) in the default preset's shape: the
+    fused SDPA kernels split long sequences into blocks and the magnitude solves grow to 256 x 256, paths that
+    T = 16 does not reach."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=VOCAB, block_size=256, n_layer=2, n_head=4, n_embd=128, attention=variant))
+    model = model.double().eval()
+    g = torch.Generator().manual_seed(1)
+    idx = torch.randint(0, VOCAB, (1, 256), generator=g)
+    with torch.no_grad():
+        base = model(idx)[0]
+        for i in (0, 63, 130, 254):
+            perturbed = idx.clone()
+            perturbed[:, i + 1:] = (idx[:, i + 1:] + 1) % VOCAB
+            out = model(perturbed)[0]
+            assert (out[:, : i + 1] - base[:, : i + 1]).abs().max().item() < LEAK_TOL
+            assert (out[:, i + 1:] - base[:, i + 1:]).abs().max() > 1e-6

@@ -59,3 +59,23 @@ def test_unsupported_and_missing(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ConfigError, match="scale_attn_by_inverse_layer_idx"):
         GPT.from_hf_gpt2(tmp_path)
+
+
+@pytest.mark.slow
+def test_logits_match_transformers_at_gpt2_small_shape(tmp_path):
+    """The real GPT-2 small shape (12 layers, 12 heads, width 768, 50257 tokens, 1024 positions; 124M parameters),
+    built from config with random weights (nothing is downloaded), at a 1024-token context: the mapping holds at
+    full size, where a transposed square weight or a wrong head split would still type-check."""
+    cfg = transformers.GPT2Config()  # the defaults are GPT-2 small
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    hf.save_pretrained(tmp_path)
+    ours = GPT.from_hf_gpt2(tmp_path).eval()
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in hf.parameters())
+    idx = torch.randint(0, cfg.vocab_size, (1, cfg.n_positions))
+    with torch.no_grad():
+        want = hf(idx).logits
+        got, _ = ours(idx)
+    # float32 through 12 layers: the two implementations sum in different orders; logits are O(1) here
+    assert (got - want).abs().max().item() < 1e-3
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
