@@ -228,6 +228,47 @@ def test_report_from_planted_runs(tmp_path):
     assert (tmp_path / "loss_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_report_diagnostics_from_planted_metrics(tmp_path):
+    """The weight/gate tables: the latest pseudo-rank (logged at evaluations) and magnitude statistics (logged
+    per layer at log steps) of each finished run, reduced over layers as documented, then mean ± std over seeds."""
+    base = tiny()
+    variants, seeds = ["standard", "magnitude-causal"], [0, 1]
+    check_or_write_spec(tmp_path, spec_dict(base, variants, seeds))
+    rank = {("standard", 0): 0.25, ("standard", 1): 0.35, ("magnitude-causal", 0): 0.5, ("magnitude-causal", 1): 0.7}
+    t = {0: (0.9, 1.3), 1: (1.1, 0.7)}  # per layer (L0, L1)
+    mu = {0: ((-2.0, 3.0), (-5.0, 1.0)), 1: ((-1.0, 4.0), (-0.5, 9.0))}  # (min, max) of L0, L1
+    for v in variants:
+        for s in seeds:
+            path = run_dir(tmp_path, v, s)
+            plant_run(path, base.replace(model=base.model.replace(attention=v), train=base.train.replace(seed=s)),
+                      "finished", 2.0 + s * 0.1)
+            rows = [{"step": 29, "pseudo_rank/q/mean": 0.99, "participation_ratio/q/mean": 99.0},  # superseded
+                    {"step": 30, "val_loss": 2.0, "pseudo_rank/q/mean": rank[v, s],
+                     "participation_ratio/q/mean": 10.0 * rank[v, s], "pseudo_rank/q/L0": 0.01}]
+            if v == "magnitude-causal":
+                rows.append({"step": 30, "mag/L0/t": t[s][0], "mag/L1/t": t[s][1],
+                             "mag/L0/mu_min": mu[s][0][0], "mag/L1/mu_min": mu[s][1][0],
+                             "mag/L0/mu_max": mu[s][0][1], "mag/L1/mu_max": mu[s][1][1]})
+            with open(path / "metrics.jsonl", "a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in rows)
+    report = write_report(tmp_path)
+    results = {r["variant"]: r["diagnostics"] for r in json.loads((tmp_path / "results.json").read_text())["variants"]}
+    assert set(results["standard"]) == {"pseudo_rank/q/mean", "participation_ratio/q/mean"}
+    assert results["standard"]["pseudo_rank/q/mean"]["mean"] == pytest.approx(0.30)
+    assert results["standard"]["pseudo_rank/q/mean"]["std"] == pytest.approx(statistics.stdev([0.25, 0.35]))
+    mag = results["magnitude-causal"]
+    assert mag["mag/t"]["mean"] == pytest.approx(statistics.mean([(0.9 + 1.3) / 2, (1.1 + 0.7) / 2]))
+    assert mag["mag/mu_min"]["mean"] == pytest.approx(statistics.mean([-5.0, -1.0]))  # min over layers
+    assert mag["mag/mu_max"]["mean"] == pytest.approx(statistics.mean([3.0, 9.0]))  # max over layers
+    text = report.read_text()
+    assert f"| standard | 0.300 ± {statistics.stdev([0.25, 0.35]):.3f} (PR 3.0 ± 0.7) | n/a" in text
+    assert "## Magnitude gates at the end of training" in text
+    t_std, lo_std, hi_std = (statistics.stdev(x) for x in ([1.1, 0.9], [-5.0, -1.0], [3.0, 9.0]))
+    assert (f"| magnitude-causal | 1.000 ± {t_std:.3f} | n/a | n/a | -3 ± {lo_std:.3g} | 6 ± {hi_std:.3g} | n/a |"
+            in text)
+    assert "| magnitude-causal | 0.600 ± 0.141 (PR 6.0 ± 1.4) | n/a | n/a |" in text
+
+
 def test_report_without_any_finished_run(tmp_path):
     check_or_write_spec(tmp_path, spec_dict(tiny(), ["standard", "gqa"], [0]))
     report = write_report(tmp_path)

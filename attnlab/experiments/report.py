@@ -41,6 +41,7 @@ class RunRecord:
 
     ``status``: the summary's status ("finished", "diverged", "interrupted"), "incomplete" (a directory
     without a summary) or "missing". ``curve``: {step: (tokens, val_loss)} from metrics.jsonl.
+    ``diagnostics``: the latest weight and gate statistics in metrics.jsonl (see :func:`diagnostics_of`).
     """
 
     variant: str
@@ -49,6 +50,7 @@ class RunRecord:
     status: str
     summary: dict = field(default_factory=dict)
     curve: dict = field(default_factory=dict)
+    diagnostics: dict = field(default_factory=dict)
 
     @property
     def final_val_loss(self) -> float | None:
@@ -68,26 +70,71 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def load_curve(path: Path) -> dict[int, tuple[float | None, float]]:
-    """{step: (tokens, val_loss)} of the evaluated steps in ``path/metrics.jsonl``.
-
-    Unparseable lines (a run killed mid-write) are skipped; a step logged twice (re-run after a resume) keeps
-    its last value.
-    """
-    curve = {}
+def _read_rows(path: Path) -> list[dict]:
+    """The rows of ``path/metrics.jsonl``; unparseable lines (a run killed mid-write) are skipped."""
     try:
         lines = (Path(path) / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     except OSError:
-        return curve
+        return []
+    rows = []
     for line in lines:
         try:
             row = json.loads(line)
         except ValueError:
             continue
-        if isinstance(row, dict) and _finite(row.get("val_loss")) and isinstance(row.get("step"), int):
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def load_curve(path: Path, rows: list[dict] | None = None) -> dict[int, tuple[float | None, float]]:
+    """{step: (tokens, val_loss)} of the evaluated steps in ``path/metrics.jsonl`` (or of ``rows``).
+
+    A step logged twice (re-run after a resume) keeps its last value.
+    """
+    curve = {}
+    for row in _read_rows(path) if rows is None else rows:
+        if _finite(row.get("val_loss")) and isinstance(row.get("step"), int):
             tokens = row.get("tokens")
             curve[row["step"]] = (tokens if _finite(tokens) else None, float(row["val_loss"]))
     return dict(sorted(curve.items()))
+
+
+# per-layer magnitude statistics (``mag/L<i>/<stat>``, logged by the gates) are reduced over layers like this
+_MAG_REDUCE = {"t": "mean", "magnitude_over_n": "mean", "gate_mean": "mean", "residual": "max", "jitter": "max",
+               "mu_min": "min", "mu_max": "max"}
+
+
+def diagnostics_of(row: dict) -> dict:
+    """The weight and gate statistics of one metrics row, one number per name.
+
+    ``pseudo_rank/<w>/mean`` and ``participation_ratio/<w>/mean`` (means over layers, logged at evaluations by
+    ``train.track_rank``) are kept as they are; the magnitude gates' ``mag/L<i>/<stat>`` become ``mag/<stat>``:
+    the mean over layers of t, |X|/N and the mean gate, the largest CG residual and jitter, the smallest mu_min
+    and the largest mu_max.
+    """
+    out, per_layer = {}, {}
+    for key, value in row.items():
+        if not _finite(value):
+            continue
+        parts = key.split("/")
+        if parts[0] in ("pseudo_rank", "participation_ratio") and parts[-1] == "mean":
+            out[key] = float(value)
+        elif len(parts) == 3 and parts[0] == "mag" and parts[1].startswith("L") and parts[2] in _MAG_REDUCE:
+            per_layer.setdefault(parts[2], []).append(float(value))
+    for stat, values in per_layer.items():
+        how = _MAG_REDUCE[stat]
+        out[f"mag/{stat}"] = sum(values) / len(values) if how == "mean" else (min if how == "min" else max)(values)
+    return out
+
+
+def _last_diagnostics(rows: list[dict]) -> dict:
+    """The latest value of each diagnostic (ranks are logged at evaluations, gate statistics at log steps;
+    a finished run's last row has both)."""
+    latest = {}
+    for row in rows:
+        latest.update(diagnostics_of(row))
+    return latest
 
 
 def collect_runs(out_dir, variants, seeds) -> list[RunRecord]:
@@ -101,7 +148,9 @@ def collect_runs(out_dir, variants, seeds) -> list[RunRecord]:
                 status = str(summary.get("status", "incomplete"))
             else:
                 status = "incomplete" if path.exists() else "missing"
-            records.append(RunRecord(variant, seed, path, status, summary or {}, load_curve(path)))
+            rows = _read_rows(path)
+            records.append(RunRecord(variant, seed, path, status, summary or {}, load_curve(path, rows),
+                                     _last_diagnostics(rows)))
     return records
 
 
@@ -175,6 +224,12 @@ def _same_attention_as(spec: dict, variant: str, baseline: str) -> bool:
         return False
 
 
+def _diagnostics_summary(records: list[RunRecord]) -> dict:
+    """{name: mean/std over the runs} of each run's last diagnostics (see :func:`diagnostics_of`)."""
+    names = sorted({k for r in records for k in r.diagnostics})
+    return {k: describe([r.diagnostics[k] for r in records if k in r.diagnostics]).to_dict() for k in names}
+
+
 def compute_results(spec: dict, records: list[RunRecord]) -> dict:
     """All the report's numbers (the contents of results.json); None wherever a number is undefined."""
     variants = list(spec["variants"])
@@ -199,6 +254,7 @@ def compute_results(spec: dict, records: list[RunRecord]) -> dict:
             "delta_vs_baseline": delta,
             "welch_vs_baseline": None if is_base else welch_ttest(losses[v], losses[baseline]).to_dict(),
             "tokens_per_s_mean": _mean(r.summary.get("tokens_per_s") for r in rs if r.usable),
+            "diagnostics": _diagnostics_summary([r for r in rs if r.usable]),
             "n_params": _params(rs),
             "runs": [_run_row(r) for r in rs],
         })
@@ -298,11 +354,55 @@ def _seed_table(results: dict) -> list[str]:
     return lines
 
 
+_RANK_WEIGHTS = ("q", "k", "v", "o", "qk")
+_MAG_COLUMNS = (("t", "mag/t", ".3f"), ("\\|X\\|/N", "mag/magnitude_over_n", ".4f"),
+                ("mean gate", "mag/gate_mean", ".3f"), ("min mu", "mag/mu_min", ".3g"),
+                ("max mu", "mag/mu_max", ".3g"), ("CG residual", "mag/residual", ".2g"))
+
+
+def _mean_std(d: dict | None, fmt: str) -> str:
+    if not d or d.get("mean") is None:
+        return "n/a"
+    return format(d["mean"], fmt) + ("" if d.get("std") is None else f" ± {format(d['std'], fmt)}")
+
+
+def _diagnostics_tables(results: dict) -> list[str]:
+    """Pseudo-rank (and participation ratio) per weight, and the magnitude gates, at the last logged step."""
+    rows = [r for r in results["variants"] if r.get("diagnostics")]
+    lines = []
+    if any(k.startswith("pseudo_rank/") for r in rows for k in r["diagnostics"]):
+        lines += ["## Weights at the end of training", "",
+                  "Pseudo-rank (fraction of singular values holding 95% of the squared spectrum) and participation "
+                  "ratio of each attention weight, mean over layers (W_q W_k': over heads too), at the last "
+                  "evaluation; mean ± std over the finished seeds.", "",
+                  "| variant | " + " | ".join(f"W_{w}" for w in _RANK_WEIGHTS) + " |",
+                  "|---" * (len(_RANK_WEIGHTS) + 1) + "|"]
+        for r in rows:
+            d = r["diagnostics"]
+            cells = [f"{_mean_std(d[f'pseudo_rank/{w}/mean'], '.3f')} (PR "
+                     f"{_mean_std(d.get(f'participation_ratio/{w}/mean'), '.1f')})"
+                     if f"pseudo_rank/{w}/mean" in d else "n/a" for w in _RANK_WEIGHTS]
+            lines.append(f"| {r['variant']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    mag = [r for r in rows if any(k.startswith("mag/") for k in r["diagnostics"])]
+    if mag:
+        lines += ["## Magnitude gates at the end of training", "",
+                  "Over layers: the mean of t, |X|/N and the mean gate, the smallest mu and the largest mu and CG "
+                  "residual, at the last logged step; mean ± std over the finished seeds.", "",
+                  "| variant | " + " | ".join(c[0] for c in _MAG_COLUMNS) + " |", "|---" * (len(_MAG_COLUMNS) + 1) + "|"]
+        for r in mag:
+            lines.append(f"| {r['variant']} | "
+                         + " | ".join(_mean_std(r["diagnostics"].get(key), fmt) for _, key, fmt in _MAG_COLUMNS) + " |")
+        lines.append("")
+    return lines
+
+
 def render_markdown(results: dict, curves_file: str | None = "loss_curves.png") -> str:
-    """report.md: results table, per-seed losses, settings, notes, runs left out, the loss-curve plot."""
+    """report.md: results table, per-seed losses, weight and gate diagnostics, settings, notes, runs left out,
+    the loss-curve plot."""
     parts = ["# Attention variant comparison", "", *_table(results), "", "## Final validation loss per seed", "",
-             *_seed_table(results), "", "## Settings", "", *_settings_lines(results), "", "## Notes", "",
-             *_notes(results)]
+             *_seed_table(results), "", *_diagnostics_tables(results), "## Settings", "", *_settings_lines(results),
+             "", "## Notes", "", *_notes(results)]
     problems = _problem_runs(results)
     if problems:
         parts += ["", "## Runs left out of the statistics", "", *problems]
