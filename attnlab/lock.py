@@ -34,10 +34,12 @@ class DirectoryLock:
         self.path = Path(path)
         self.what = what
         self._fh = None
+        self._created = False
 
     def acquire(self) -> "DirectoryLock":
         if fcntl is None or self._fh is not None:
             return self
+        self._created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
         fh = open(self.path / LOCK_FILE, "a+", encoding="utf-8")
         try:
@@ -57,10 +59,16 @@ class DirectoryLock:
         return self
 
     def release(self) -> None:
-        if self._fh is not None:
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
-            self._fh.close()
-            self._fh = None
+        """Unlock. A directory this lock created and nothing else wrote to (a run that failed during set-up)
+        is removed again; otherwise the lock file stays (unlinking it could let two later comers both lock)."""
+        if self._fh is None:
+            return
+        if self._created and [p.name for p in self.path.iterdir()] == [LOCK_FILE]:
+            (self.path / LOCK_FILE).unlink()
+            self.path.rmdir()
+        fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+        self._fh.close()
+        self._fh = None
 
     def __enter__(self) -> "DirectoryLock":
         return self.acquire()

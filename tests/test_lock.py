@@ -89,3 +89,16 @@ def test_lock_is_exclusive_and_reentrant_safe(tmp_path):
     a.release()  # twice is harmless
     with DirectoryLock(tmp_path / "d"):
         pass
+
+
+def test_a_run_that_fails_during_set_up_leaves_no_directory(tmp_path):
+    run = tmp_path / "runs" / "new"
+    cfg = apply_overrides(_tiny(run, tmp_path / "cache"), [f"data.source={tmp_path / 'missing.txt'}"])
+    with pytest.raises(ConfigError, match="missing.txt"):
+        train(cfg, quiet=True)
+    assert not run.exists()  # the lock had created it; nothing else was written
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    with pytest.raises(ConfigError, match="missing.txt"):
+        train(apply_overrides(cfg, [f"out_dir={existing}"]), quiet=True)
+    assert existing.is_dir()  # a directory the user made stays
