@@ -17,7 +17,7 @@ import scipy.stats
 
 from attnlab.configio import load_config, save_toml
 from attnlab.errors import ConfigError
-from attnlab.experiments import compare, describe, run_dir, welch_ttest, write_report
+from attnlab.experiments import compare, describe, run_config, run_dir, welch_ttest, write_report
 from attnlab.experiments.compare import check_or_write_spec, spec_dict
 from attnlab.presets import load_preset
 from attnlab.train.config import RunConfig
@@ -337,6 +337,41 @@ def test_compare_stops_when_a_run_is_interrupted(tmp_path, capsys):
     assert len(fake.calls) == 1 and report.exists()
     assert "rerun the same command to resume" in capsys.readouterr().out
     assert table_rows(report)["standard"][0] == "0/2"
+
+
+def test_compare_reads_each_runs_state_at_its_turn(tmp_path, capsys):
+    """Another process may finish a run, or be writing to it, while the comparison works through its list:
+    a run finished meanwhile is not retrained, and a run directory whose lock is held is skipped untouched
+    (never deleted as "leftovers"), whatever its state looked like when the comparison started."""
+    import fcntl
+
+    base = tiny()
+    busy = run_dir(tmp_path, "mqa", 0)
+    busy.mkdir(parents=True)
+    (busy / "metrics.jsonl").write_text('{"step": 0}\n')  # looks like leftovers: no checkpoint, no summary
+    holder = open(busy / ".lock", "w")
+    fcntl.flock(holder.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    holder.write("pid 4242 (another trainer)\n")
+    holder.flush()
+
+    fake = FakeTrainer()
+
+    def train_and_finish_another(cfg, *, resume=None, quiet=False):
+        out = fake(cfg, resume=resume, quiet=quiet)
+        if cfg is not None and cfg.variant_name == "standard":  # meanwhile, someone else finishes gqa
+            other = run_config(base, "gqa", 0, tmp_path)
+            plant_run(run_dir(tmp_path, "gqa", 0), other, "finished", 2.2)
+        return out
+
+    try:
+        compare(base, ["standard", "gqa", "mqa"], [0], tmp_path, train_fn=train_and_finish_another)
+    finally:
+        holder.close()
+    out = capsys.readouterr().out
+    assert [c[:3] for c in fake.calls] == [("standard", 0, "fresh")]
+    assert "[2/3] gqa seed 0: already finished, skipped" in out
+    assert "[3/3] mqa seed 0: skipped: " in out and "in use by pid 4242 (another trainer)" in out
+    assert (busy / "metrics.jsonl").read_text() == '{"step": 0}\n'  # untouched
 
 
 def test_compare_propagates_a_crash(tmp_path):

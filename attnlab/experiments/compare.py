@@ -188,6 +188,25 @@ def _say(quiet: bool, text: str) -> None:
         print(text, flush=True)
 
 
+def _launch_state(head: str, path: Path, quiet: bool) -> str | None:
+    """How to launch a run now, at its turn: "fresh" (leftovers of a run killed before its first checkpoint
+    removed) or "resume"; None (said why) when it is finished or diverged by now, or another process is
+    writing to it (its lock is held: nothing is deleted, the report counts it as unfinished)."""
+    state = run_state(path)
+    if state in ("finished", "diverged"):
+        _say(quiet, f"{head} already {state}, skipped")
+        return None
+    if path.exists():
+        try:
+            with DirectoryLock(path, what="comparison"):
+                if state == "fresh":
+                    shutil.rmtree(path)
+        except ConfigError as e:
+            _say(quiet, f"{head} skipped: {e}")
+            return None
+    return state
+
+
 def _execute(train_fn: Callable, cfg, path: Path, state: str, quiet: bool) -> dict:
     """Start (``state == "fresh"``) or resume one run; returns its summary.
 
@@ -198,8 +217,6 @@ def _execute(train_fn: Callable, cfg, path: Path, state: str, quiet: bool) -> di
         if state == "resume":
             summary = train_fn(None, resume=path, quiet=quiet)
         else:
-            if path.exists():  # leftovers of a run killed before its first checkpoint: start clean
-                shutil.rmtree(path)
             summary = train_fn(cfg, quiet=quiet)
     except Exception as e:
         on_disk = read_summary(path) or {}
@@ -269,7 +286,7 @@ def _compare_locked(base, variants, seeds, grid, out_dir: Path, quiet, train_fn,
         if state in ("finished", "diverged"):
             _say(quiet, f"{head} already {state}, skipped")
         else:
-            todo.append((head, cfg, path, state))
+            todo.append((head, cfg, path))  # its state is read again at its turn (see _launch_state)
     if jobs == 1:
         _run_in_process(todo, train_fn or _default_train_fn(), quiet, threads)
     else:
@@ -296,7 +313,10 @@ def _run_in_process(todo: list, train_fn: Callable, quiet: bool, threads: int | 
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        for head, cfg, path, state in todo:
+        for head, cfg, path in todo:
+            state = _launch_state(head, path, quiet)
+            if state is None:
+                continue
             _say(quiet, f"{head} {'resuming' if state == 'resume' else 'starting'} ({path})")
             start = time.perf_counter()
             summary = _execute(train_fn, cfg, path, state, quiet)
@@ -354,9 +374,10 @@ def _supervise(todo: list, out_dir: Path, jobs: int, threads: int, quiet: bool) 
         while pending or running:
             try:
                 while pending and len(running) < jobs and not stopping and not failures:
-                    head, cfg, path, state = pending.pop(0)
-                    if state == "fresh" and path.exists():  # leftovers of a run killed before its checkpoint
-                        shutil.rmtree(path)
+                    head, cfg, path = pending.pop(0)
+                    state = _launch_state(head, path, quiet)
+                    if state is None:
+                        continue
                     log = logs / f"{path.parent.name}-{path.name}.log"
                     cmd = _train_command(cfg, path, state, Path(tmp) / f"{len(running)}-{time.time_ns()}.toml")
                     with open(log, "a", encoding="utf-8") as fh:
