@@ -110,7 +110,7 @@ def diagnostics_of(row: dict) -> dict:
 
     ``pseudo_rank/<w>/mean`` and ``participation_ratio/<w>/mean`` (means over layers, logged at evaluations by
     ``train.track_rank``) are kept as they are; the magnitude gates' ``mag/L<i>/<stat>`` become ``mag/<stat>``:
-    the mean over layers of t, |X|/N and the mean gate, the largest CG residual and jitter, the smallest mu_min
+    the mean over layers of t, |X|/N and the mean gate, the largest solve residual and jitter, the smallest mu_min
     and the largest mu_max.
     """
     out, per_layer = {}, {}
@@ -357,7 +357,7 @@ def _seed_table(results: dict) -> list[str]:
 _RANK_WEIGHTS = ("q", "k", "v", "o", "qk")
 _MAG_COLUMNS = (("t", "mag/t", ".3f"), ("\\|X\\|/N", "mag/magnitude_over_n", ".4f"),
                 ("mean gate", "mag/gate_mean", ".3f"), ("min mu", "mag/mu_min", ".3g"),
-                ("max mu", "mag/mu_max", ".3g"), ("CG residual", "mag/residual", ".2g"))
+                ("max mu", "mag/mu_max", ".3g"), ("solve residual", "mag/residual", ".2g"))
 
 
 def _mean_std(d: dict | None, fmt: str) -> str:
@@ -387,9 +387,11 @@ def _diagnostics_tables(results: dict) -> list[str]:
     mag = [r for r in rows if any(k.startswith("mag/") for k in r["diagnostics"])]
     if mag:
         lines += ["## Magnitude gates at the end of training", "",
-                  "Over layers: the mean of t, |X|/N and the mean gate, the smallest mu and the largest mu and CG "
-                  "residual, at the last logged step; mean ± std over the finished seeds.", "",
-                  "| variant | " + " | ".join(c[0] for c in _MAG_COLUMNS) + " |", "|---" * (len(_MAG_COLUMNS) + 1) + "|"]
+                  "Over layers: the mean of t, |X|/N and the mean gate, the smallest mu, the largest mu and the "
+                  "largest relative residual of the solve (Cholesky or CG), at the last logged step; mean ± std over "
+                  "the finished seeds.", "",
+                  "| variant | " + " | ".join(c[0] for c in _MAG_COLUMNS) + " |",
+                  "|---" * (len(_MAG_COLUMNS) + 1) + "|"]
         for r in mag:
             lines.append(f"| {r['variant']} | "
                          + " | ".join(_mean_std(r["diagnostics"].get(key), fmt) for _, key, fmt in _MAG_COLUMNS) + " |")
