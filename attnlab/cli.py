@@ -81,6 +81,18 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    """Rewrite a comparison's report from what its directory holds now; trains nothing (runs still going or
+    missing are listed as such). Takes no lock: it only reads the runs, and the report files are written
+    atomically, so it may look at a comparison that is still running."""
+    from .experiments.report import write_report
+
+    report = write_report(args.out_dir)
+    print(report.read_text(encoding="utf-8"), end="")
+    print(f"report: {report}")
+    return 0
+
+
 def cmd_experiments(args) -> int:
     from .experiments import experiment_names, load_experiment
 
@@ -230,6 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process (default 1)")
     p.add_argument("--threads", type=int, help="CPU threads per run (default: all cores divided by --jobs)")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("report", help="rewrite a comparison's report.md from its runs so far (trains nothing)")
+    p.add_argument("out_dir", help="a comparison directory (holds compare.toml), e.g. runs/magnitude")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("experiments", help="list the shipped comparisons for `attnlab compare --experiment NAME`")
     p.set_defaults(func=cmd_experiments)

@@ -41,6 +41,7 @@ def test_variants_lists_the_registry(capsys):
     (["compare", "--experiment", "boneless", "--preset", "tiny"], ["--experiment boneless", "KEY=VALUE"]),
     (["compare", "--experiment", "boneless", "train.max_stepz=3"], ["train.max_stepz"]),
     (["compare", "--preset", "tiny"], ["--variants", "--experiment"]),
+    (["report", "/nonexistent/cmp"], ["/nonexistent/cmp", "compare.toml"]),
 ])
 def test_config_mistakes_are_one_line(args, expected, capsys, cache):
     assert main(args) == 2
@@ -88,3 +89,16 @@ def test_compare_experiment_runs_the_shipped_grid(capsys, cache):
     for v in spec["variants"]:
         assert json.loads((out / v / "seed0" / "summary.json").read_text())["status"] == "finished"
     assert "boneless-corr" in (out / "report.md").read_text()
+
+    # `attnlab report` rewrites the report from the directory as it stands and trains nothing: a run whose
+    # summary is gone is reported unfinished and stays untouched
+    (out / "report.md").unlink()
+    (out / "residual-qk" / "seed0" / "summary.json").unlink()
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.rstrip().endswith(f"report: {out / 'report.md'}")
+    text = (out / "report.md").read_text()
+    assert text in printed
+    assert "residual-qk seed 0:" in text and "boneless-corr" in text
+    assert not (out / "residual-qk" / "seed0" / "summary.json").exists()
