@@ -100,5 +100,5 @@ def test_compare_experiment_runs_the_shipped_grid(capsys, cache):
     assert printed.rstrip().endswith(f"report: {out / 'report.md'}")
     text = (out / "report.md").read_text()
     assert text in printed
-    assert "residual-qk seed 0:" in text and "boneless-corr" in text
+    assert "residual-qk seed 0: incomplete (`residual-qk/seed0`)" in text and "boneless-corr" in text
     assert not (out / "residual-qk" / "seed0" / "summary.json").exists()

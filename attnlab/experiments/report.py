@@ -206,7 +206,7 @@ def _run_row(r: RunRecord) -> dict:
         "wall_time_s": s.get("wall_time_s") if _finite(s.get("wall_time_s")) else None,
         "n_params": s.get("n_params"),
         "message": s.get("message"),
-        "dir": str(r.path),
+        "dir": str(run_dir("", r.variant, r.seed)),  # relative to the comparison directory (it may be moved or shipped)
     }
 
 
