@@ -23,3 +23,25 @@ def test_ci_runs_the_readme_test_command():
     assert 'pip install torch==2.13.0 && pip install -e ".[test]" && python -m pytest' in README
     for step in ("pip install torch==2.13.0", 'pip install -e ".[test]"', "python -m pytest\n"):
         assert step in ci
+
+
+def _quoted_results() -> dict[str, str]:
+    """{comparison directory under results/: the block the README quotes between its RESULTS markers}."""
+    blocks = {}
+    for part in README.split("<!-- RESULTS:")[1:]:
+        name, rest = part.split(":BEGIN -->\n", 1)
+        blocks[name] = rest.split(f"<!-- RESULTS:{name}:END -->")[0]
+    return blocks
+
+
+def test_readme_results_are_the_shipped_runs():
+    """Every comparison table in the README is what `attnlab report` computes from the raw run logs shipped in
+    results/<name>/ (summary.json, metrics.jsonl), so no number in it was typed or pasted from elsewhere."""
+    from attnlab.experiments.report import read_results, results_tables
+
+    blocks = _quoted_results()
+    shipped = sorted(p.name for p in (ROOT / "results").iterdir() if p.is_dir()) if (ROOT / "results").is_dir() else []
+    assert sorted(blocks) == shipped
+    for name, block in blocks.items():
+        results, _ = read_results(ROOT / "results" / name)
+        assert block == results_tables(results, heading="####"), name

@@ -27,7 +27,9 @@ __all__ = [
     "compute_results",
     "load_curve",
     "plot_loss_curves",
+    "read_results",
     "render_markdown",
+    "results_tables",
     "write_report",
 ]
 
@@ -366,12 +368,12 @@ def _mean_std(d: dict | None, fmt: str) -> str:
     return format(d["mean"], fmt) + ("" if d.get("std") is None else f" ± {format(d['std'], fmt)}")
 
 
-def _diagnostics_tables(results: dict) -> list[str]:
+def _diagnostics_tables(results: dict, heading: str = "##") -> list[str]:
     """Pseudo-rank (and participation ratio) per weight, and the magnitude gates, at the last logged step."""
     rows = [r for r in results["variants"] if r.get("diagnostics")]
     lines = []
     if any(k.startswith("pseudo_rank/") for r in rows for k in r["diagnostics"]):
-        lines += ["## Weights at the end of training", "",
+        lines += [f"{heading} Weights at the end of training", "",
                   "Pseudo-rank (fraction of singular values holding 95% of the squared spectrum) and participation "
                   "ratio of each attention weight, mean over layers (W_q W_k': over heads too), at the last "
                   "evaluation; mean ± std over the finished seeds.", "",
@@ -386,7 +388,7 @@ def _diagnostics_tables(results: dict) -> list[str]:
         lines.append("")
     mag = [r for r in rows if any(k.startswith("mag/") for k in r["diagnostics"])]
     if mag:
-        lines += ["## Magnitude gates at the end of training", "",
+        lines += [f"{heading} Magnitude gates at the end of training", "",
                   "Over layers: the mean of t, |X|/N and the mean gate, the smallest mu, the largest mu and the "
                   "largest relative residual of the solve (Cholesky or CG), at the last logged step; mean ± std over "
                   "the finished seeds.", "",
@@ -399,12 +401,18 @@ def _diagnostics_tables(results: dict) -> list[str]:
     return lines
 
 
+def results_tables(results: dict, heading: str = "##") -> str:
+    """The report's tables without settings and notes: results, per-seed losses, weight and gate diagnostics,
+    under ``heading``-level titles (the README quotes them for the shipped comparisons in ``results/``)."""
+    return "\n".join([*_table(results), "", f"{heading} Final validation loss per seed", "", *_seed_table(results),
+                      "", *_diagnostics_tables(results, heading)]).rstrip("\n") + "\n"
+
+
 def render_markdown(results: dict, curves_file: str | None = "loss_curves.png") -> str:
     """report.md: results table, per-seed losses, weight and gate diagnostics, settings, notes, runs left out,
     the loss-curve plot."""
-    parts = ["# Attention variant comparison", "", *_table(results), "", "## Final validation loss per seed", "",
-             *_seed_table(results), "", *_diagnostics_tables(results), "## Settings", "", *_settings_lines(results),
-             "", "## Notes", "", *_notes(results)]
+    parts = ["# Attention variant comparison", "", results_tables(results), "## Settings", "",
+             *_settings_lines(results), "", "## Notes", "", *_notes(results)]
     problems = _problem_runs(results)
     if problems:
         parts += ["", "## Runs left out of the statistics", "", *problems]
@@ -481,14 +489,20 @@ def load_spec(out_dir) -> dict:
     return spec
 
 
+def read_results(out_dir) -> tuple[dict, list[RunRecord]]:
+    """The numbers of the comparison in ``out_dir`` as its directory holds them now (see :func:`compute_results`),
+    and its run records."""
+    spec = load_spec(out_dir)
+    records = collect_runs(out_dir, spec["variants"], spec["seeds"])
+    return compute_results(spec, records), records
+
+
 def write_report(out_dir) -> Path:
     """Write results.json, loss_curves.png and report.md for the comparison in ``out_dir``; returns report.md."""
     out_dir = Path(out_dir)
-    spec = load_spec(out_dir)
-    records = collect_runs(out_dir, spec["variants"], spec["seeds"])
-    results = compute_results(spec, records)
+    results, records = read_results(out_dir)
     write_text(out_dir / "results.json", json.dumps(results, indent=2, allow_nan=False) + "\n")
-    plot = plot_loss_curves(records, spec["variants"], out_dir / "loss_curves.png")
+    plot = plot_loss_curves(records, [row["variant"] for row in results["variants"]], out_dir / "loss_curves.png")
     if plot is None:
         (out_dir / "loss_curves.png").unlink(missing_ok=True)  # a stale plot would contradict the report
     report = out_dir / "report.md"
