@@ -1,5 +1,6 @@
 """The README stays true: its variant table is the registry, and CI runs its test command."""
 
+import re
 from pathlib import Path
 
 from attnlab import variant_info, variants
@@ -27,11 +28,8 @@ def test_ci_runs_the_readme_test_command():
 
 def _quoted_results() -> dict[str, str]:
     """{comparison directory under results/: the block the README quotes between its RESULTS markers}."""
-    blocks = {}
-    for part in README.split("<!-- RESULTS:")[1:]:
-        name, rest = part.split(":BEGIN -->\n", 1)
-        blocks[name] = rest.split(f"<!-- RESULTS:{name}:END -->")[0]
-    return blocks
+    found = re.findall(r"<!-- RESULTS:([\w-]+):BEGIN -->\n(.*?)<!-- RESULTS:\1:END -->", README, flags=re.S)
+    return dict(found)
 
 
 def test_readme_results_are_the_shipped_runs():
