@@ -84,10 +84,11 @@ def cmd_compare(args) -> int:
 def cmd_report(args) -> int:
     """Rewrite a comparison's report from what its directory holds now; trains nothing (runs still going or
     missing are listed as such). Takes no lock: it only reads the runs, and the report files are written
-    atomically, so it may look at a comparison that is still running."""
-    from .experiments.report import write_report
+    atomically, so it may look at a comparison that is still running. With --export DEST, the report is written
+    in DEST after copying the runs there without their checkpoints."""
+    from .experiments.report import export_comparison, write_report
 
-    report = write_report(args.out_dir)
+    report = export_comparison(args.out_dir, args.export) if args.export else write_report(args.out_dir)
     print(report.read_text(encoding="utf-8"), end="")
     print(f"report: {report}")
     return 0
@@ -245,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="rewrite a comparison's report.md from its runs so far (trains nothing)")
     p.add_argument("out_dir", help="a comparison directory (holds compare.toml), e.g. runs/magnitude")
+    p.add_argument("--export", metavar="DEST", help="copy the finished runs' config.toml, metrics.jsonl and "
+                   "summary.json (no checkpoints) to DEST and write the report there, e.g. results/magnitude")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("experiments", help="list the shipped comparisons for `attnlab compare --experiment NAME`")

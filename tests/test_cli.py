@@ -102,3 +102,35 @@ def test_compare_experiment_runs_the_shipped_grid(capsys, cache):
     assert text in printed
     assert "residual-qk seed 0: incomplete (`residual-qk/seed0`)" in text and "boneless-corr" in text
     assert not (out / "residual-qk" / "seed0" / "summary.json").exists()
+
+
+def test_report_export_ships_the_runs_without_checkpoints(capsys, cache):
+    """`attnlab report DIR --export DEST` copies compare.toml and each finished run's config, metrics and summary
+    (no checkpoint, no unfinished run) and writes a report in DEST with the same numbers as DIR's."""
+    from attnlab.experiments.report import read_results
+
+    out, dest = cache / "grid", cache / "shipped"
+    small = ["model.n_layer=1", "model.n_embd=16", "model.n_head=2", "model.block_size=16", "train.max_steps=2",
+             "train.warmup_steps=1", "train.batch_size=2", "train.eval_interval=2", "train.eval_tokens=64",
+             "train.sample_tokens=0"]
+    assert main(["compare", "--preset", "tiny", "--variants", "standard", "mqa", "--seeds", "0", "1", "--quiet",
+                 "--out-dir", str(out), *small]) == 0
+    (out / "mqa" / "seed1" / "summary.json").unlink()  # as if still training
+    assert any((out / "standard" / "seed0").rglob("*.safetensors"))
+    capsys.readouterr()
+    assert main(["report", str(out), "--export", str(dest)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith(f"report: {dest / 'report.md'}")
+    shipped = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    runs = [f"{v}/seed{s}/{f}" for v, s in (("mqa", 0), ("standard", 0), ("standard", 1))
+            for f in ("config.toml", "metrics.jsonl", "summary.json")]
+    assert shipped == sorted(["compare.toml", "loss_curves.png", "report.md", "results.json", *runs])
+    theirs, _ = read_results(dest)
+    ours, _ = read_results(out)
+    def numbers(results):
+        return [(r["final_val_loss"], r["welch_vs_baseline"], r["diagnostics"], r["tokens_per_s_mean"])
+                for r in results["variants"]]
+
+    assert numbers(theirs) == numbers(ours) and theirs["variants"][1]["n_finished"] == 1
+    assert [r["status"] for r in theirs["variants"][1]["runs"]] == ["finished", "missing"]  # "incomplete" in DIR
+    assert main(["report", str(out), "--export", str(out)]) == 2  # not onto itself
+    assert "--export" in capsys.readouterr().err

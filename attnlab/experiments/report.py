@@ -25,6 +25,7 @@ __all__ = [
     "RunRecord",
     "collect_runs",
     "compute_results",
+    "export_comparison",
     "load_curve",
     "plot_loss_curves",
     "read_results",
@@ -495,6 +496,34 @@ def read_results(out_dir) -> tuple[dict, list[RunRecord]]:
     spec = load_spec(out_dir)
     records = collect_runs(out_dir, spec["variants"], spec["seeds"])
     return compute_results(spec, records), records
+
+
+SHIPPED_RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json")
+
+
+def export_comparison(out_dir, dest) -> Path:
+    """Copy the comparison in ``out_dir`` to ``dest`` without its checkpoints, for sharing or committing:
+    ``compare.toml`` and, of every run that has a summary (finished or diverged), the files in
+    :data:`SHIPPED_RUN_FILES`; runs still going or missing are left out. Then write the report in ``dest`` (the
+    same numbers as in ``out_dir``: the report reads nothing else) and return its path. Files of ``dest`` that
+    are not the comparison's own are left alone; the copied ones are replaced atomically."""
+    out_dir, dest = Path(out_dir), Path(dest)
+    spec = load_spec(out_dir)
+    if dest.resolve() == out_dir.resolve():
+        raise ConfigError(f"--export {dest}: the destination is the comparison directory itself")
+    dest.mkdir(parents=True, exist_ok=True)
+    write_text(dest / SPEC_FILE, (out_dir / SPEC_FILE).read_text(encoding="utf-8"))
+    for variant in spec["variants"]:
+        for seed in spec["seeds"]:
+            src = run_dir(out_dir, variant, seed)
+            if read_summary(src) is None:
+                continue
+            run_dest = run_dir(dest, variant, seed)
+            run_dest.mkdir(parents=True, exist_ok=True)
+            for name in SHIPPED_RUN_FILES:
+                if (src / name).exists():
+                    write_text(run_dest / name, (src / name).read_text(encoding="utf-8"))
+    return write_report(dest)
 
 
 def write_report(out_dir) -> Path:
