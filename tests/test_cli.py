@@ -126,6 +126,7 @@ def test_report_export_ships_the_runs_without_checkpoints(capsys, cache):
     assert shipped == sorted(["compare.toml", "loss_curves.png", "report.md", "results.json", *runs])
     theirs, _ = read_results(dest)
     ours, _ = read_results(out)
+
     def numbers(results):
         return [(r["final_val_loss"], r["welch_vs_baseline"], r["diagnostics"], r["tokens_per_s_mean"])
                 for r in results["variants"]]
