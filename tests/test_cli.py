@@ -135,3 +135,11 @@ def test_report_export_ships_the_runs_without_checkpoints(capsys, cache):
     assert [r["status"] for r in theirs["variants"][1]["runs"]] == ["finished", "missing"]  # "incomplete" in DIR
     assert main(["report", str(out), "--export", str(out)]) == 2  # not onto itself
     assert "--export" in capsys.readouterr().err
+
+    # the same compare command on the shipped copy trains only the run that was left out
+    kept = (dest / "standard" / "seed0" / "metrics.jsonl").read_text()
+    assert main(["compare", "--preset", "tiny", "--variants", "standard", "mqa", "--seeds", "0", "1", "--quiet",
+                 "--out-dir", str(dest), *small]) == 0
+    assert json.loads((dest / "mqa" / "seed1" / "summary.json").read_text())["status"] == "finished"
+    assert (dest / "standard" / "seed0" / "metrics.jsonl").read_text() == kept
+    assert read_results(dest)[0]["variants"][1]["n_finished"] == 2
