@@ -269,6 +269,31 @@ def test_report_diagnostics_from_planted_metrics(tmp_path):
     assert "| magnitude-causal | 0.600 ± 0.141 (PR 6.0 ± 1.4) | n/a | n/a |" in text
 
 
+def test_report_loss_during_training_table(tmp_path):
+    """Mean ± std of the validation loss at evaluation steps shared by every finished run: a step one run skipped
+    is left out, a diverged run does not count, and more than six steps are thinned evenly keeping the ends."""
+    base = tiny()
+    variants, seeds = ["standard", "gqa"], [0, 1, 2]
+    check_or_write_spec(tmp_path, spec_dict(base, variants, seeds))
+    evals = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100]  # seed 1 of gqa skips 20: 9 shared steps
+    curves = {(v, s): {st: 3.0 - 0.01 * st + 0.1 * i + 0.003 * s * s for st in evals}
+              for i, v in enumerate(variants) for s in seeds}
+    del curves["gqa", 1][20]
+    for (v, s), curve in curves.items():
+        cfg = base.replace(model=base.model.replace(attention=v), train=base.train.replace(seed=s))
+        status = "diverged" if (v, s) == ("standard", 2) else "finished"
+        plant_run(run_dir(tmp_path, v, s), cfg, status, curve[100], curve=curve)
+    text = write_report(tmp_path).read_text()
+    shared = [10, 30, 40, 50, 60, 70, 80, 90, 100]
+    shown = [shared[j] for j in (0, 2, 3, 5, 6, 8)]  # round(i * 8 / 5) for i = 0..5: 0, 1.6, 3.2, 4.8, 6.4, 8
+    assert "| variant | " + " | ".join(f"step {st}" for st in shown) + " |" in text
+    for v, used in (("standard", [0, 1]), ("gqa", [0, 1, 2])):
+        cells = [f"{statistics.mean(curves[v, s][st] for s in used):.4f} ± "
+                 f"{statistics.stdev(curves[v, s][st] for s in used):.4f}" for st in shown]
+        assert f"| {v} | " + " | ".join(cells) + " |" in text
+    assert "Validation loss during training" in text
+
+
 def test_report_without_any_finished_run(tmp_path):
     check_or_write_spec(tmp_path, spec_dict(tiny(), ["standard", "gqa"], [0]))
     report = write_report(tmp_path)

@@ -233,6 +233,15 @@ def _diagnostics_summary(records: list[RunRecord]) -> dict:
     return {k: describe([r.diagnostics[k] for r in records if k in r.diagnostics]).to_dict() for k in names}
 
 
+def _curve_summary(records: list[RunRecord]) -> dict[int, dict]:
+    """{step: mean/std of the validation loss over the runs} at the steps every one of ``records`` evaluated."""
+    curves = [r.curve for r in records if r.curve]
+    if not curves:
+        return {}
+    steps = sorted(set.intersection(*(set(c) for c in curves)))
+    return {s: describe([c[s][1] for c in curves]).to_dict() for s in steps}
+
+
 def compute_results(spec: dict, records: list[RunRecord]) -> dict:
     """All the report's numbers (the contents of results.json); None wherever a number is undefined."""
     variants = list(spec["variants"])
@@ -258,6 +267,7 @@ def compute_results(spec: dict, records: list[RunRecord]) -> dict:
             "welch_vs_baseline": None if is_base else welch_ttest(losses[v], losses[baseline]).to_dict(),
             "tokens_per_s_mean": _mean(r.summary.get("tokens_per_s") for r in rs if r.usable),
             "diagnostics": _diagnostics_summary([r for r in rs if r.usable]),
+            "val_curve": _curve_summary([r for r in rs if r.usable]),
             "n_params": _params(rs),
             "runs": [_run_row(r) for r in rs],
         })
@@ -357,6 +367,38 @@ def _seed_table(results: dict) -> list[str]:
     return lines
 
 
+CURVE_COLUMNS = 6  # the during-training table shows at most this many evaluation steps
+
+
+def _curve_steps(results: dict) -> list[int]:
+    """Up to CURVE_COLUMNS evaluation steps after step 0 that every variant's finished runs share, evenly spread
+    and always including the first and the last."""
+    curves = [row.get("val_curve") or {} for row in results["variants"]]
+    curves = [c for c in curves if c]
+    if not curves:
+        return []
+    steps = sorted(set.intersection(*(set(map(int, c)) for c in curves)) - {0})
+    if len(steps) <= CURVE_COLUMNS:
+        return steps
+    last = len(steps) - 1
+    return [steps[round(i * last / (CURVE_COLUMNS - 1))] for i in range(CURVE_COLUMNS)]
+
+
+def _curve_table(results: dict, heading: str) -> list[str]:
+    """Validation loss at a few evaluation steps: mean ± std over the finished seeds (how fast, not only how far)."""
+    steps = _curve_steps(results)
+    if not steps:
+        return []
+    lines = [f"{heading} Validation loss during training", "",
+             "Mean ± std over the finished seeds, at up to six evaluation steps that every variant's finished runs "
+             "share.", "", "| variant | " + " | ".join(f"step {s}" for s in steps) + " |",
+             "|---" * (len(steps) + 1) + "|"]
+    for row in results["variants"]:
+        curve = {int(k): v for k, v in (row.get("val_curve") or {}).items()}
+        lines.append(f"| {row['variant']} | " + " | ".join(_mean_std(curve.get(s), ".4f") for s in steps) + " |")
+    return [*lines, ""]
+
+
 _RANK_WEIGHTS = ("q", "k", "v", "o", "qk")
 _MAG_COLUMNS = (("t", "mag/t", ".3f"), ("\\|X\\|/N", "mag/magnitude_over_n", ".4f"),
                 ("mean gate", "mag/gate_mean", ".3f"), ("min mu", "mag/mu_min", ".3g"),
@@ -403,10 +445,10 @@ def _diagnostics_tables(results: dict, heading: str = "##") -> list[str]:
 
 
 def results_tables(results: dict, heading: str = "##") -> str:
-    """The report's tables without settings and notes: results, per-seed losses, weight and gate diagnostics,
-    under ``heading``-level titles (the README quotes them for the shipped comparisons in ``results/``)."""
+    """The report's tables without settings and notes: results, per-seed losses, the loss during training, weight
+    and gate diagnostics, under ``heading``-level titles (the README quotes them for the shipped comparisons in ``results/``)."""
     return "\n".join([*_table(results), "", f"{heading} Final validation loss per seed", "", *_seed_table(results),
-                      "", *_diagnostics_tables(results, heading)]).rstrip("\n") + "\n"
+                      "", *_curve_table(results, heading), *_diagnostics_tables(results, heading)]).rstrip("\n") + "\n"
 
 
 def render_markdown(results: dict, curves_file: str | None = "loss_curves.png") -> str:
