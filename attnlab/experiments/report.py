@@ -19,7 +19,7 @@ from ..atomic import write_text
 from ..configio import load_toml
 from ..errors import ConfigError
 from .compare import SPEC_FILE, read_summary, run_dir
-from .stats import describe, welch_ttest
+from .stats import Summary, describe, welch_ttest
 
 __all__ = [
     "RunRecord",
@@ -233,13 +233,12 @@ def _diagnostics_summary(records: list[RunRecord]) -> dict:
     return {k: describe([r.diagnostics[k] for r in records if k in r.diagnostics]).to_dict() for k in names}
 
 
-def _curve_summary(records: list[RunRecord]) -> dict[int, dict]:
-    """{step: mean/std of the validation loss over the runs} at the steps every one of ``records`` evaluated."""
-    curves = [r.curve for r in records if r.curve]
+def _curve_summary(curves: list[dict]) -> dict[int, Summary]:
+    """{step: n/mean/std of the validation loss} at the steps every curve ({step: (tokens, loss)}) evaluated."""
     if not curves:
         return {}
     steps = sorted(set.intersection(*(set(c) for c in curves)))
-    return {s: describe([c[s][1] for c in curves]).to_dict() for s in steps}
+    return {s: describe([c[s][1] for c in curves]) for s in steps}
 
 
 def compute_results(spec: dict, records: list[RunRecord]) -> dict:
@@ -247,6 +246,7 @@ def compute_results(spec: dict, records: list[RunRecord]) -> dict:
     variants = list(spec["variants"])
     by_variant = {v: [r for r in records if r.variant == v] for v in variants}
     losses = {v: [r.final_val_loss for r in rs if r.usable] for v, rs in by_variant.items()}
+    curves = {v: [r.curve for r in rs if r.usable and r.curve] for v, rs in by_variant.items()}
     baseline = variants[0]
     base_summary = describe(losses[baseline])
     rows = []
@@ -267,7 +267,7 @@ def compute_results(spec: dict, records: list[RunRecord]) -> dict:
             "welch_vs_baseline": None if is_base else welch_ttest(losses[v], losses[baseline]).to_dict(),
             "tokens_per_s_mean": _mean(r.summary.get("tokens_per_s") for r in rs if r.usable),
             "diagnostics": _diagnostics_summary([r for r in rs if r.usable]),
-            "val_curve": _curve_summary([r for r in rs if r.usable]),
+            "val_curve": {step: st.to_dict() for step, st in _curve_summary(curves[v]).items()},
             "n_params": _params(rs),
             "runs": [_run_row(r) for r in rs],
         })
@@ -472,10 +472,9 @@ def render_markdown(results: dict, curves_file: str | None = "loss_curves.png") 
 
 def _mean_band(curves: list[dict]):
     """x (tokens, else steps), mean and std (ddof=1; None for one curve) over the steps all curves share."""
-    steps = sorted(set.intersection(*(set(c) for c in curves)))
-    xs = [curves[0][s][0] if curves[0][s][0] is not None else s for s in steps]
-    stats = [describe([c[s][1] for c in curves]) for s in steps]
-    return xs, [st.mean for st in stats], [st.std for st in stats]
+    stats = _curve_summary(curves)
+    xs = [curves[0][s][0] if curves[0][s][0] is not None else s for s in stats]
+    return xs, [st.mean for st in stats.values()], [st.std for st in stats.values()]
 
 
 def plot_loss_curves(records: list[RunRecord], variants: list[str], path) -> Path | None:
