@@ -12,6 +12,7 @@
     attnlab cluster-colors [IMAGE]                    # seed 001: palette by consensus attention vs k-means
     attnlab rank runs/20261122-101500-standard        # seed 001: pseudo-rank of W_q, W_k, W_v, W_o, W_q W_k'
     attnlab rank-sweep --preset tiny --weight-decays 0 0.1 1
+    attnlab ngram                                     # unigram/bigram/trigram loss on the validation tokens
 
 A user mistake (bad value, unknown key, missing file) prints one line and exits with status 2.
 """
@@ -214,6 +215,19 @@ def cmd_rank_sweep(args) -> int:
     return 0
 
 
+def cmd_ngram(args) -> int:
+    from .analysis.ngram import ORDER_NAMES, reference_losses
+
+    cfg = _run_config(args)
+    ref = reference_losses(cfg, args.orders, args.alpha)
+    print(f"count n-gram losses (nats/token) on the {ref['targets']:,} validation targets a run of this config is "
+          f"scored on; counts from {ref['train_tokens']:,} train tokens, vocab {ref['vocab_size']}, "
+          f"add-{ref['alpha']:g} smoothing")
+    for n, loss in ref["orders"].items():
+        print(f"order {n} ({ORDER_NAMES.get(n, f'{n}-gram')}): {loss:.4f}")
+    return 0
+
+
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", help="a shipped preset: tiny, cpu (default), gpt2-small")
     p.add_argument("--config", help="a TOML file with [model], [data], [train] tables (replaces --preset)")
@@ -310,6 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weight-decays", type=float, nargs="+", default=[0.0, 0.1, 1.0], metavar="LAMBDA")
     p.add_argument("--out", default="runs/rank-sweep", help="sweep directory (resumable; default runs/rank-sweep)")
     p.set_defaults(func=cmd_rank_sweep)
+
+    p = sub.add_parser("ngram", help="reference losses of count n-gram models on a config's validation tokens")
+    _add_config_args(p)
+    p.add_argument("--orders", type=int, nargs="+", default=[1, 2, 3], metavar="N", help="n-gram orders (default 1 2 3)")
+    p.add_argument("--alpha", type=float, default=0.01, help="additive smoothing (default 0.01)")
+    p.set_defaults(func=cmd_ngram)
     return parser
 
 

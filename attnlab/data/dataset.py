@@ -187,20 +187,25 @@ class Dataset:
         starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator).numpy()
         return _windows(data, starts, block_size)
 
+    def val_windows(self, n_tokens: int | None, block_size: int) -> int:
+        """How many windows :meth:`val_batches` covers: ``n_tokens // block_size`` (at least one; ``None``: as many as
+        fit), capped at the number that fit. Their targets are exactly ``val[1 : n * block_size + 1]``."""
+        self._check_window("val", self.val, block_size)
+        fit = (len(self.val) - 1) // block_size
+        if n_tokens is None:
+            return fit
+        check_number("n_tokens", n_tokens, low=1, integer=True)
+        return min(fit, max(1, n_tokens // block_size))
+
     def val_batches(self, n_tokens: int | None, batch_size: int, block_size: int) -> Iterator[tuple]:
         """Deterministic (x, y) batches of non-overlapping windows from the start of the val split.
 
-        Covers ``n_tokens // block_size`` windows (at least one; ``None``: as many as fit), capped at the number that
-        fit in the split. The last batch may hold fewer than ``batch_size`` windows: weight by ``x.shape[0]``.
+        Covers :meth:`val_windows` windows. The last batch may hold fewer than ``batch_size`` windows: weight by
+        ``x.shape[0]``.
         """
         check_number("batch_size", batch_size, low=1, integer=True)
-        self._check_window("val", self.val, block_size)
-        fit = (len(self.val) - 1) // block_size
-        if n_tokens is not None:
-            check_number("n_tokens", n_tokens, low=1, integer=True)
-        n_windows = fit if n_tokens is None else min(fit, max(1, n_tokens // block_size))
-        starts = np.arange(n_windows) * block_size
-        for i in range(0, n_windows, batch_size):
+        starts = np.arange(self.val_windows(n_tokens, block_size)) * block_size
+        for i in range(0, len(starts), batch_size):
             yield _windows(self.val, starts[i : i + batch_size], block_size)
 
 
