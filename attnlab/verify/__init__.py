@@ -3,14 +3,14 @@
 Each check measures one number with attnlab's code or an independent general method, and
 :func:`~attnlab.verify.ledger.judge` compares it with the claimed value under a stated tolerance. Rows of kind
 ``obs`` are observations the seeds do not claim (their "claimed" value is our prediction). See
-:mod:`attnlab.verify.ledger` for the machinery; the checks live in ``seed000``, ``seed002``, ``seed003``.
+:mod:`attnlab.verify.ledger` for the machinery; the checks live in ``seed000`` .. ``seed003``.
 """
 
 from __future__ import annotations
 
 import sys
 
-from . import seed000, seed002, seed003  # noqa: F401  (registers the checks, in this order)
+from . import seed000, seed001, seed002, seed003  # noqa: F401  (registers the checks, in this order)
 from .ledger import CHECKS, Check, Record, format_table, judge, run_check, run_checks, to_json
 
 
