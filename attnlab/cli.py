@@ -327,7 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ngram", help="reference losses of count n-gram models on a config's validation tokens")
     _add_config_args(p)
-    p.add_argument("--orders", type=int, nargs="+", default=[1, 2, 3], metavar="N", help="n-gram orders (default 1 2 3)")
+    p.add_argument("--orders", type=int, nargs="+", default=[1, 2, 3], metavar="N",
+                   help="n-gram orders (default 1 2 3)")
     p.add_argument("--alpha", type=float, default=0.01, help="additive smoothing (default 0.01)")
     p.set_defaults(func=cmd_ngram)
     return parser
