@@ -17,6 +17,6 @@ from .sweep import rank_sweep
 
 __all__ = [
     "ConsensusResult", "attention_step", "blobs", "cluster_colors", "consensus", "count_clusters", "load_image",
-    "ngram_loss", "participation_ratio", "pseudo_rank", "rank_metrics", "rank_report", "rank_sweep", "raw_correlation_growth",
-    "reference_losses", "singular_spectra",
+    "ngram_loss", "participation_ratio", "pseudo_rank", "rank_metrics", "rank_report", "rank_sweep",
+    "raw_correlation_growth", "reference_losses", "singular_spectra",
 ]

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from scipy import integrate, optimize
 
-from ..analysis.consensus import raw_correlation_growth
+from ..analysis.consensus import attention_step, raw_correlation_growth
 from ..analysis.rank import pseudo_rank
 from ..functional import attention
 from .ledger import check
@@ -38,10 +38,10 @@ def _pair_angles(x: torch.Tensor) -> torch.Tensor:
 
 
 def _raw_mix(x: torch.Tensor, steps: int) -> torch.Tensor:
-    """``steps`` layers of y = (x x') x: attnlab.attention with q = k = v = x, normalizer "none", scale 1. Each
-    iterate is divided by its spectral norm (angles do not change; without it 10 steps overflow float64)."""
+    """``steps`` layers of y = (x x') x: the consensus step with s = 1, no QK-norm, normalizer "none", scale 1.
+    Each iterate is divided by its spectral norm (angles do not change; without it 10 steps overflow float64)."""
     for _ in range(steps):
-        x = attention(x[None, None], x[None, None], x[None, None], normalizer="none", scale=1.0)[0, 0]
+        x = attention_step(x, step_size=1.0, scale=1.0, qk_norm=False, normalizer="none")
         x = x / torch.linalg.matrix_norm(x, ord=2)
     return x
 
@@ -74,10 +74,9 @@ def double_sharpens(factor: float = 2.0) -> dict:
         _, w = attention(x, x, x, scale=s, return_weights=True)
         return -(w * torch.log(w.clamp_min(1e-300))).sum(-1)
 
-    diff = entropy(factor * scale) - entropy(scale)
-    h = entropy(scale)
-    return {"measured": float(diff.max()),
-            "note": f"mean entropy {float(h.mean()):.3f} -> {float((h + diff).mean()):.3f} nats (uniform: "
+    h, h_scaled = entropy(scale), entropy(factor * scale)
+    return {"measured": float((h_scaled - h).max()),
+            "note": f"mean entropy {float(h.mean()):.3f} -> {float(h_scaled.mean()):.3f} nats (uniform: "
                     f"{math.log(64):.3f}); d/dbeta H(softmax(beta z)) = -beta Var_w(z) <= 0"}
 
 
