@@ -226,18 +226,31 @@ class GPTConfig:
     """A GPT. Field names follow GPT-2 / nanoGPT; defaults are GPT-2 small (124M)."""
 
     vocab_size: int = 50257
+    """Tokens in the vocabulary (a run takes it from its tokenizer)."""
     block_size: int = 1024
+    """Context length: the most positions the model sees at once."""
     n_layer: int = 12
+    """Transformer blocks."""
     n_head: int = 12
+    """Attention heads per layer."""
     n_embd: int = 768
+    """Width of the residual stream; a multiple of n_head (head_dim = n_embd / n_head)."""
     dropout: float = 0.0
+    """Dropout in [0, 1) on embeddings, residual branches and (unless the attention config sets its own) attention weights."""
     bias: bool = True
-    attention: str | AttentionConfig | dict = "standard"  # a registered variant name or an AttentionConfig
-    pos_encoding: str = "learned"  # "none", "learned" (GPT-2), "sinusoidal" (seed 002), "rope" (Su et al. 2021)
+    """Biases in the projections, the MLP and the layer norms (GPT-2 has them; the output head has none)."""
+    attention: str | AttentionConfig | dict = "standard"
+    """A registered variant name (see `attnlab.variants()`) or an `AttentionConfig` (a dict in TOML)."""
+    pos_encoding: str = "learned"
+    """`"none"`, `"learned"` (GPT-2), `"sinusoidal"` (seed 002, added to x before the projections) or `"rope"` (Su et al. 2021, rotating q and k in every layer)."""
     rope_base: float = 10000.0
+    """Base of the RoPE frequencies."""
     layer_norm_eps: float = 1e-5
-    activation: str = "gelu_tanh"  # GPT-2's "gelu_new" is the tanh approximation
+    """Epsilon of the layer norms."""
+    activation: str = "gelu_tanh"
+    """`"gelu_tanh"` (GPT-2's "gelu_new", the tanh approximation) or `"gelu"` (exact)."""
     mlp_ratio: int = 4
+    """Hidden width of the MLP as a multiple of n_embd."""
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio"):

