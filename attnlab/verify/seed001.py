@@ -103,6 +103,8 @@ def self_interaction_2d() -> dict:
 
 
 @check("corr-consensus", seed="001", claimed=1.0, relation="=", tolerance=0.0, basis="a count: exact",
+       expect="refuted", because="x_t = U S^(3^t) V' sends every row to +-v_1 and the sign of its u_1 component picks "
+       "the side: a fifth of the pairs under 90 degrees move apart, towards 180 degrees (row corr-consensus-sign)",
        claim="Repeated raw-correlation mixing moves vectors less than 90 degrees apart closer together: fraction "
              "of such pairs (64 points ~ N(0, I_2)) whose angle has shrunk after 10 steps")
 def corr_consensus(steps: int = 10, half_plane: bool = False) -> dict:
