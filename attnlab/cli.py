@@ -135,7 +135,7 @@ def cmd_magnitude_demo(args) -> int:
 def cmd_verify(args) -> int:
     from .verify import main as verify
 
-    return verify(json_path=args.json)
+    return verify(json_path=args.json, strict_claims=args.strict_claims)
 
 
 def cmd_consensus(args) -> int:
@@ -282,8 +282,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("magnitude-demo", help="seed 000's numbers: hijacking, cluster collapse, effective size")
     p.set_defaults(func=cmd_magnitude_demo)
 
-    p = sub.add_parser("verify", help="the claims ledger: measure the seed write-ups' claims (exit 1 if any fails)")
+    p = sub.add_parser("verify", help="the claims ledger: measure the seed write-ups' claims; exit 1 if a row's "
+                       "verdict is FAIL (it no longer reproduces its recorded verdict)",
+                       description="Exit status 0 when every row reproduces its recorded verdict (holds, refuted or "
+                       "as predicted), 1 when any row's verdict is FAIL; with --strict-claims also 1 when any claim "
+                       "is refuted.")
     p.add_argument("--json", metavar="FILE", help="also write the records as JSON")
+    p.add_argument("--strict-claims", action="store_true", help="exit 1 also when any claim is refuted")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("consensus", help="seed 001: parameterless attention as consensus; raw-correlation explosion")
