@@ -1,0 +1,246 @@
+"""Regenerate the blocks of the docs and the README that are computed from the code and from results/.
+
+    python docs/generate.py           # rewrite every stale block in README.md and docs/**/*.md
+    python docs/generate.py --check   # list the stale blocks and exit 1 if there are any (changes nothing)
+
+A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``<!-- NAME:END -->``. The names:
+
+- ``VARIANTS``: the variant registry (:func:`attnlab.variants`), name, description and source of each variant;
+- ``SWITCHES:<Class>``: every field of a config dataclass (AttentionConfig, GPTConfig, TrainConfig, DataConfig)
+  with its type, default and documentation, read from the dataclass and its source (the field's docstring, or
+  else its comment);
+- ``RESULTS:<dir>``: the tables ``attnlab report`` computes from the raw run logs in ``results/<dir>/``.
+
+Blocks with other names (the hand-written ``MAGNITUDE-TEXT`` and the like) are left alone. tests/test_docs.py
+imports this file and checks that every committed block equals what it generates, so the text cannot drift from
+the code or from the shipped results.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import io
+import re
+import sys
+import tokenize
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)?):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
+GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:")
+
+
+def pages() -> list[Path]:
+    """The README and every Markdown page of the docs: the files whose blocks are generated."""
+    return [ROOT / "README.md", *sorted(DOCS.glob("**/*.md"))]
+
+
+def _to_docs(page: Path) -> str:
+    """The relative path from ``page`` to the docs root ('' inside docs/, 'docs/' for the README)."""
+    rel = page.resolve().parent.relative_to(ROOT)
+    if rel.parts[:1] == ("docs",):
+        return "../" * (len(rel.parts) - 1)
+    return "../" * len(rel.parts) + "docs/"
+
+
+def link_seeds(text: str, to_docs: str) -> str:
+    """Link every mention of a seed write-up ("seed 001", "seeds 001, 003") to its entry on the Sources page."""
+
+    def one(number: str) -> str:
+        return f"[{number}]({to_docs}sources.md#seed-{number})"
+
+    def group(m: re.Match) -> str:
+        word, numbers = m.group(1), m.group(2)
+        if word == "seed":
+            return f"[seed {numbers}]({to_docs}sources.md#seed-{numbers})"
+        return word + " " + re.sub(r"\d{3}", lambda n: one(n.group(0)), numbers)
+
+    return re.sub(r"\b(seeds?) (\d{3}(?:(?:, | and )\d{3})*)\b", group, text)
+
+
+def cell(text: str) -> str:
+    """Text safe inside a Markdown table cell: one line, pipes escaped, and outside `code` no * emphasis."""
+    parts = re.split(r"(`[^`]*`)", " ".join(text.split()))
+    return "".join(p if p.startswith("`") else p.replace("*", "\\*") for p in parts).replace("|", "\\|")
+
+
+# ------------------------------------------------------------------------------------------------------- variants
+
+
+def variants_table(to_docs: str | None = None) -> str:
+    """The variant registry as a Markdown table; with ``to_docs``, seed mentions link to the Sources page."""
+    from attnlab import variant_info, variants
+
+    rows = ["| variant | what it is | source |", "|---|---|---|"]
+    for name in variants():
+        info = variant_info(name)
+        description, source = cell(info.description), cell(info.source)
+        if to_docs is not None:
+            description, source = link_seeds(description, to_docs), link_seeds(source, to_docs)
+        rows.append(f"| `{name}` | {description} | {source} |")
+    return "\n".join(rows) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------------- switches
+
+
+def config_classes() -> dict:
+    """The config dataclasses whose fields are the switches, by class name."""
+    from attnlab import AttentionConfig, GPTConfig
+    from attnlab.data import DataConfig
+    from attnlab.train import TrainConfig
+
+    return {c.__name__: c for c in (AttentionConfig, GPTConfig, TrainConfig, DataConfig)}
+
+
+def _comments(source: str) -> dict[int, tuple[bool, str]]:
+    """{line number: (the comment stands alone on its line, its text without '#')} for every comment."""
+    out = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            alone = not tok.line[: tok.start[1]].strip()
+            out[tok.start[0]] = (alone, tok.string.lstrip("#").strip())
+    return out
+
+
+def field_docs(cls) -> dict[str, str]:
+    """{field name: its documentation} read from the class's source.
+
+    A field's documentation is its attribute docstring (a string on the line after it); else its trailing
+    ``# comment``; else the block of comment lines right above it, which then also documents the fields after it
+    that have none of their own (those read "as `first`")."""
+    path = inspect.getsourcefile(cls)
+    source = Path(path).read_text()
+    comments = _comments(source)
+    lines = source.splitlines()
+    node = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
+    docs, shared = {}, None  # shared: (the field a leading comment block documents, the block's text)
+    body = node.body
+    for i, stmt in enumerate(body):
+        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+            continue
+        name = stmt.target.id
+        after = body[i + 1] if i + 1 < len(body) else None
+        if (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)):
+            docs[name], shared = inspect.cleandoc(after.value.value), None
+            continue
+        trailing = comments.get(stmt.end_lineno)
+        if trailing and not trailing[0]:
+            docs[name], shared = trailing[1], None
+            continue
+        block, line = [], stmt.lineno - 1
+        while line in comments and comments[line][0]:
+            block.insert(0, comments[line][1])
+            line -= 1
+        if block:
+            shared = (name, " ".join(block))
+            docs[name] = shared[1]
+        elif shared is not None and not lines[stmt.lineno - 2].strip() == "":
+            docs[name] = f"as `{shared[0]}`"
+        else:
+            docs[name], shared = "", None
+    return docs
+
+
+def _default(field: dataclasses.Field) -> str:
+    if field.default is not dataclasses.MISSING:
+        value = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+    else:
+        return "(required)"
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    return f"`{value!r}`"
+
+
+def switches_table(class_name: str, to_docs: str = "") -> str:
+    """Every field of config dataclass ``class_name``: name, type, default and documentation."""
+    cls = config_classes()[class_name]
+    docs = field_docs(cls)
+    rows = [f"| `{class_name}` field | type | default | meaning |", "|---|---|---|---|"]
+    for f in dataclasses.fields(cls):
+        type_ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        rows.append(f"| `{f.name}` | `{cell(type_)}` | {_default(f)} | {link_seeds(cell(docs.get(f.name, '')), to_docs)} |")
+    return "\n".join(rows) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------------- results
+
+
+def results_block(name: str) -> str:
+    """What ``attnlab report results/<name>`` prints as tables, from the raw logs shipped there."""
+    from attnlab.experiments.report import read_results, results_tables
+
+    results, _ = read_results(ROOT / "results" / name)
+    return results_tables(results, heading="####")
+
+
+# ------------------------------------------------------------------------------------------------------- pages
+
+
+def render(name: str, page: Path) -> str | None:
+    """The generated text of block ``name`` on ``page``; None for a block that is not generated."""
+    to_docs = _to_docs(page)
+    if name == "VARIANTS":
+        return variants_table(to_docs)
+    if name.startswith("SWITCHES:"):
+        return switches_table(name.split(":", 1)[1], to_docs)
+    if name.startswith("RESULTS:"):
+        return results_block(name.split(":", 1)[1])
+    return None
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """[(name, committed content)] of every marked block in ``text``, generated or not."""
+    return BLOCK.findall(text)
+
+
+def regenerate(text: str, page: Path) -> str:
+    """``text`` with every generated block replaced by what the code and results/ give now."""
+
+    def sub(m: re.Match) -> str:
+        new = render(m.group(1), page)
+        return m.group(0) if new is None else f"<!-- {m.group(1)}:BEGIN -->\n{new}<!-- {m.group(1)}:END -->"
+
+    return BLOCK.sub(sub, text)
+
+
+def stale() -> list[str]:
+    """'page: block' for every generated block whose committed text differs from the generated one."""
+    out = []
+    for page in pages():
+        text = page.read_text()
+        for name, committed in blocks(text):
+            new = render(name, page)
+            if new is not None and new != committed:
+                out.append(f"{page.relative_to(ROOT)}: {name}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--check"]:
+        bad = stale()
+        for line in bad:
+            print(f"stale: {line}")
+        return 1 if bad else 0
+    if argv:
+        print(__doc__.split("\n\n")[1])
+        return 2
+    for page in pages():
+        text = page.read_text()
+        new = regenerate(text, page)
+        if new != text:
+            page.write_text(new)
+            print(f"rewrote {page.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    raise SystemExit(main())
