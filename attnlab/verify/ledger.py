@@ -62,7 +62,7 @@ def judge(relation: str, claimed: float, measured: float | None, tolerance: floa
     "<=" : measured <= claimed + tolerance        (a bound that must hold)
     ">=" : measured >= claimed - tolerance
     ">"  : measured >  claimed + tolerance        ("it changes": strictly above the noise floor)
-    A measurement that is not a finite number fails.
+    A measurement that is not a finite number never agrees.
     """
     if measured is None or not math.isfinite(measured) or not math.isfinite(tolerance):
         return False

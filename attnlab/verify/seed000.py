@@ -205,7 +205,8 @@ def _amplification(x: torch.Tensor, t: float, eps: float, rel: float, directions
              "iterations against the exact (Cholesky) solution, eps = 1e-3; worst of 256 keys ~ N(0, I_64) at "
              "t = 0.1 and t = 1, and rank-4 keys at t = 1")
 def cg_5_iterations(iterations: int = 5, eps: float = EPS) -> dict:
-    """Keys as in magnitude_demo.measure_gates (the notes' families); also the error of mu itself (relative l2)."""
+    """Keys as in magnitude_demo.measure_gates (the key families of docs/magnitude.md, Numerics); also the error of
+    mu itself (relative l2)."""
     families = demo._families(256, 64)
     errors = {}
     for name in ("iid t=0.1", "iid t=1", "rank-4 t=1"):
