@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .functional.attention import NORMALIZERS
+
 
 def _run_config(args):
     """RunConfig from --preset / --config, then --data / --variant / --out, then dotted overrides."""
@@ -197,9 +199,14 @@ def cmd_cluster_colors(args) -> int:
 
 
 def cmd_rank(args) -> int:
-    from .analysis.rank import rank_report
+    from pathlib import Path
 
-    report = rank_report(args.path, args.out)
+    from .analysis.rank import rank_report
+    from .train import load_model
+
+    model, kind = load_model(args.path)
+    out = args.out if args.out is not None else Path("runs") / f"rank-{Path(args.path).resolve().name}"
+    report = rank_report(model, out, source=str(args.path), kind=kind)
     print(f"{args.path} ({report['kind']})")
     print(report["table"])
     print(f"rank.md, rank.json, spectra.png written to {report['out_dir']}")
@@ -207,7 +214,7 @@ def cmd_rank(args) -> int:
 
 
 def cmd_rank_sweep(args) -> int:
-    from .analysis.sweep import rank_sweep
+    from .experiments.sweep import rank_sweep
 
     report = rank_sweep(_run_config(args), args.weight_decays, args.out, quiet=args.quiet)
     print(report["table"])
@@ -297,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--step-size", type=float, default=0.5, help="s in x <- (1 - s) x + s attn(x) (default 0.5)")
     p.add_argument("--scale", type=float, default=10.0, help="g: logits g cos(x_i, x_j) (default 10)")
-    p.add_argument("--normalizer", choices=("softmax", "none"), default="softmax")
+    p.add_argument("--normalizer", choices=NORMALIZERS, default="softmax")
     p.add_argument("--no-qk-norm", action="store_true", help="logits g x_i.x_j instead of g cos(x_i, x_j)")
     p.add_argument("--radius", type=float, default=0.01, help="cluster radius, times the initial spread")
     p.add_argument("--seed", type=int, default=0)

@@ -1,9 +1,8 @@
-"""Configuration dataclasses: :class:`AttentionConfig` (one attention layer) and :class:`GPTConfig` (the model).
+"""Configuration dataclasses: :class:`GPTConfig` (the model) and, re-exported from
+:mod:`attnlab.attention_config`, :class:`AttentionConfig` (one attention layer).
 
-Every AttentionConfig field is an orthogonal, default-off switch: the defaults give GPT-2's causal multi-head
-softmax attention. A registered variant (see :mod:`attnlab.variants`) is a name for a preset of these fields.
-Fields left ``None`` are filled from the model (``n_head``, ``bias``, ``dropout``) by :meth:`GPTConfig.resolved_attention`.
-New mechanisms arrive as new fields with defaults that keep today's behaviour.
+``GPTConfig.attention`` is a registered variant name (:mod:`attnlab.variants`), an AttentionConfig or a dict of its
+fields; :meth:`GPTConfig.resolved_attention` fills in the model's n_head / n_kv_head / bias / dropout.
 """
 
 from __future__ import annotations
@@ -11,213 +10,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .errors import ConfigError, check_choice, check_number, strict_fields, unknown_name
+from .attention_config import AttentionConfig
+from .configio import from_dict, to_dict
+from .errors import ConfigError, check_choice, check_number, strict_fields
+from .variants import get_variant
 
-KERNELS = ("dot", "rbf")
-NORMALIZERS = ("softmax", "none")
-MASK_FORMS = ("additive", "renormalize")
-BACKENDS = ("auto", "sdpa", "explicit")
 POS_ENCODINGS = ("none", "learned", "sinusoidal", "rope")
 ACTIVATIONS = ("gelu_tanh", "gelu")
-MAGNITUDE_FORMS = ("off", "global", "causal", "prefix")
-MAGNITUDE_KERNELS = ("gaussian", "laplacian")
-MAGNITUDE_SOLVERS = ("cholesky", "cg")
-MAGNITUDE_GATES = ("clamp", "seed", "linear")
-PROJECTION_MODES = ("projected", "identity", "identity_init", "residual")  # attnlab.nn.projections
-QK_NORMS = ("off", "fixed", "learned")
-
-
-def config_from_dict(cls, data: dict, *, where: str = ""):
-    """Build dataclass ``cls`` from a plain dict; unknown keys give a ConfigError suggesting the closest field."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where or cls.__name__} must be a table/dict, got {type(data).__name__}")
-    names = [f.name for f in dataclasses.fields(cls)]
-    for key in data:
-        if key not in names:
-            raise unknown_name(f"{where + '.' if where else ''}{cls.__name__} field", key, names)
-    return cls(**data)
-
-
-@strict_fields
-@dataclass(frozen=True)
-class AttentionConfig:
-    """One attention layer. Defaults: causal multi-head softmax attention of q.k / sqrt(d) (Vaswani et al. 2017)."""
-
-    n_head: int | None = None  # None: the model's n_head
-    n_kv_head: int | None = None  # None: = n_head (MHA); 1: MQA (Shazeer 2019); a divisor: GQA (Ainslie et al. 2023)
-    bias: bool | None = None  # biases in the q/k/v/out projections; None: the model's bias
-    dropout: float | None = None  # dropout on the attention weights; None: the model's dropout
-    kernel: str = "dot"  # "dot": logits q.k*scale/T;  "rbf": logits -scale*||q-k||^2/(2T), i.e. sigma^2 = T*sqrt(d) (seed 003)
-    normalizer: str = "softmax"  # "softmax": rows sum to 1;  "none": raw similarity weights (seed 001)
-    temperature: float = 1.0  # T in softmax(z / T) (seed 003)
-    scale: float | None = None  # None: 1/sqrt(head_dim)
-    causal: bool = True
-    mask_form: str = "additive"  # "additive": -inf inside the softmax; "renormalize": Mask(B) after it (seed 002)
-    backend: str = "auto"  # "auto": SDPA whenever the options reduce to it; "sdpa" (require it); "explicit"
-    # Magnitude gate on the values, Attn(Q, K, g o V) (seed 000; attnlab.functional.magnitude):
-    #   "global": mu = (Z + eps I)^-1 1 over all keys (bidirectional; in a causal model it leaks the future)
-    #   "causal": per key, w_j = weight of key j inside its own prefix {1..j} (exact; keeps the SDPA fast path)
-    #   "prefix": per (i, j), M_ij = weight of key j inside query i's prefix {1..i} (exact; explicit path)
-    magnitude: str = "off"
-    magnitude_t: float = 1.0  # initial t in Z_jl = exp(-t ||k_j - k_l||^2 / d_k), learned as log t (stays > 0)
-    magnitude_eps: float = 1e-3  # Tikhonov eps in (Z + eps I) mu = 1; > 0 bounds cond and gradients (duplicates)
-    magnitude_kernel: str = "gaussian"  # "gaussian" (seed 000) or "laplacian": exp(-t ||k_j - k_l||)
-    magnitude_solver: str = "cholesky"  # exact; "cg": conjugate gradient truncated at magnitude_cg_iters (global only)
-    magnitude_cg_iters: int = 5  # seed 000: "3-5 iterations"
-    magnitude_gate: str = "clamp"  # "clamp": sigmoid(beta clamp(mu,0,1) + gamma); "seed": sigmoid(beta mu + gamma); "linear": clamp(beta mu + gamma, 0, 1)
-    magnitude_beta: float = 1.0  # initial beta (learnable)
-    magnitude_gamma: float = 0.0  # initial gamma (learnable)
-    allow_future_leak: bool = False  # permit magnitude="global" with causal=True (reproduces seed 000 as written; leaks)
-    # Q/K/V projections (seed 001's six steps; attnlab.nn.projections). "projected": x W (GPT-2); "identity": x itself,
-    # no parameters (head h reads the slice x_h); "identity_init": x W with W = I at init, trained; "residual": x W + x
-    q_mode: str = "projected"
-    k_mode: str = "projected"
-    v_mode: str = "projected"
-    out_proj: bool = True  # False: the concatenated heads go straight to the residual (seed 001 steps 1-2: no weights)
-    qk_norm: str = "off"  # "fixed" / "learned": logits g cos(q, k) / T, q and k L2-normalised (Henry et al. 2020)
-    qk_norm_scale: float | None = None  # g (the initial g when "learned"); None: sqrt(head_dim)
-    rank: int | None = None  # every learned Q/K/V W as B A of inner rank r (low rank; seed 001)
-    rank_fraction: float | None = None  # r = round(f * min(in, out)) per projection, in (0, 1); or set rank
-    kv_latent: int | None = None  # MLA (DeepSeek-V2): K, V = c W_uk, c W_uv from c = RMSNorm(x W_dkv) of width d_c
-    kv_latent_fraction: float | None = None  # d_c = round(f * n_embd), in (0, 1]; or set kv_latent
-
-    def __post_init__(self):
-        for name in ("n_head", "n_kv_head"):
-            value = getattr(self, name)
-            if value is not None:
-                check_number(f"attention.{name}", value, low=1, integer=True)
-        if self.bias is not None and not isinstance(self.bias, bool):
-            raise ConfigError(f"attention.bias={self.bias!r} must be true, false or unset")
-        if self.dropout is not None:
-            check_number("attention.dropout", self.dropout, low=0.0, high=1.0)
-            if self.dropout == 1.0:
-                raise ConfigError("attention.dropout=1.0 would drop every weight; use a value in [0, 1)")
-        check_choice("attention.kernel", self.kernel, KERNELS)
-        check_choice("attention.normalizer", self.normalizer, NORMALIZERS)
-        check_number("attention.temperature", self.temperature, low=0.0, low_open=True)
-        if self.scale is not None:
-            check_number("attention.scale", self.scale, low=0.0, low_open=True)
-        if not isinstance(self.causal, bool):
-            raise ConfigError(f"attention.causal={self.causal!r} must be true or false")
-        check_choice("attention.mask_form", self.mask_form, MASK_FORMS)
-        check_choice("attention.backend", self.backend, BACKENDS)
-        self._check_magnitude()
-        self._check_projections()
-        if self.backend == "sdpa" and not self.sdpa_compatible:
-            extra = ", magnitude='prefix' (a per-(i, j) gate)" if self.magnitude == "prefix" else ""
-            raise ConfigError(
-                f"attention.backend='sdpa' cannot compute normalizer={self.normalizer!r}, "
-                f"mask_form={self.mask_form!r}{extra}; use backend='auto' or 'explicit'"
-            )
-        if self.n_head is not None and self.n_kv_head is not None and self.n_head % self.n_kv_head:
-            raise ConfigError(
-                f"attention.n_head={self.n_head} is not divisible by attention.n_kv_head={self.n_kv_head}; "
-                f"n_kv_head must divide n_head (n_kv_head=n_head: MHA, 1: MQA)"
-            )
-
-    def _check_magnitude(self) -> None:
-        """The magnitude fields (seed 000): values, and the forms that would break causality or cannot be solved."""
-        check_choice("attention.magnitude", self.magnitude, MAGNITUDE_FORMS)
-        check_number("attention.magnitude_t", self.magnitude_t, low=0.0, low_open=True)
-        check_number("attention.magnitude_eps", self.magnitude_eps, low=0.0)
-        check_choice("attention.magnitude_kernel", self.magnitude_kernel, MAGNITUDE_KERNELS)
-        check_choice("attention.magnitude_solver", self.magnitude_solver, MAGNITUDE_SOLVERS)
-        check_number("attention.magnitude_cg_iters", self.magnitude_cg_iters, low=1, integer=True)
-        check_choice("attention.magnitude_gate", self.magnitude_gate, MAGNITUDE_GATES)
-        check_number("attention.magnitude_beta", self.magnitude_beta)
-        check_number("attention.magnitude_gamma", self.magnitude_gamma)
-        if not isinstance(self.allow_future_leak, bool):
-            raise ConfigError(f"attention.allow_future_leak={self.allow_future_leak!r} must be true or false")
-        if self.magnitude == "global" and self.causal and not self.allow_future_leak:
-            raise ConfigError(
-                "attention.magnitude='global' with causal=true leaks the future: mu_j is solved over all keys, so "
-                "position i's gate sees keys after i; use magnitude='causal' or 'prefix' (exact prefix forms), "
-                "causal=false, or allow_future_leak=true to reproduce seed 000 as written"
-            )
-        if self.magnitude in ("causal", "prefix") and self.magnitude_solver != "cholesky":
-            raise ConfigError(
-                f"attention.magnitude={self.magnitude!r} needs magnitude_solver='cholesky': the prefix forms come "
-                f"from one Cholesky factor, and CG solves a single system, not every prefix"
-            )
-        if self.magnitude == "prefix" and not self.causal:
-            raise ConfigError(
-                "attention.magnitude='prefix' gates key j by its weight inside query i's prefix (j <= i), which "
-                "needs causal=true; use magnitude='global' for bidirectional attention"
-            )
-
-    def _check_projections(self) -> None:
-        """The Q/K/V projection fields (seed 001), QK-norm, low rank and the MLA latent, and what they exclude."""
-        for name in ("q_mode", "k_mode", "v_mode"):
-            check_choice(f"attention.{name}", getattr(self, name), PROJECTION_MODES)
-        if not isinstance(self.out_proj, bool):
-            raise ConfigError(f"attention.out_proj={self.out_proj!r} must be true or false")
-        check_choice("attention.qk_norm", self.qk_norm, QK_NORMS)
-        for name in ("rank", "kv_latent"):
-            if getattr(self, name) is not None:
-                check_number(f"attention.{name}", getattr(self, name), low=1, integer=True)
-        for name, high in (("qk_norm_scale", None), ("rank_fraction", None), ("kv_latent_fraction", 1.0)):
-            if getattr(self, name) is not None:
-                check_number(f"attention.{name}", getattr(self, name), low=0.0, low_open=True, high=high)
-        if self.rank_fraction is not None and self.rank_fraction >= 1:
-            raise ConfigError(f"attention.rank_fraction={self.rank_fraction!r} must be < 1 (1 is full rank)")
-        if self.qk_norm == "off" and self.qk_norm_scale is not None:
-            raise ConfigError(f"attention.qk_norm_scale={self.qk_norm_scale!r} needs qk_norm='fixed' or 'learned'")
-        if self.qk_norm != "off" and self.scale is not None:
-            raise ConfigError(f"attention.qk_norm={self.qk_norm!r} sets the logit scale g; use qk_norm_scale, not "
-                              f"scale={self.scale!r}")
-        if self.qk_norm != "off" and self.kernel == "rbf":
-            raise ConfigError(f"attention.qk_norm={self.qk_norm!r} with kernel='rbf': on unit vectors the rbf "
-                              f"weights equal the dot weights (seed 003); use kernel='dot'")
-        for a, b in (("rank", "rank_fraction"), ("kv_latent", "kv_latent_fraction")):
-            if getattr(self, a) is not None and getattr(self, b) is not None:
-                raise ConfigError(f"attention.{a}={getattr(self, a)!r} and {b}={getattr(self, b)!r}: set one of them")
-        latent = self.kv_latent is not None or self.kv_latent_fraction is not None
-        if latent and (self.k_mode, self.v_mode) != ("projected", "projected"):
-            raise ConfigError(f"attention.kv_latent rebuilds K and V from the latent; k_mode={self.k_mode!r} and "
-                              f"v_mode={self.v_mode!r} must both be 'projected'")
-        if self.rank is not None or self.rank_fraction is not None:
-            modes = (self.q_mode,) if latent else (self.q_mode, self.k_mode, self.v_mode)
-            if "identity_init" in modes:
-                raise ConfigError("attention.rank: a low-rank W cannot start at the full-rank identity; "
-                                  "drop rank or use mode 'projected' or 'residual' instead of 'identity_init'")
-            if not {"projected", "residual"} & set(modes):
-                raise ConfigError(f"attention.rank: no learned Q/K/V projection to factor (modes {', '.join(modes)})")
-        grouped = self.n_head is not None and self.n_kv_head is not None and self.n_kv_head != self.n_head
-        for name in ("k_mode", "v_mode"):
-            if grouped and getattr(self, name) != "projected":
-                raise ConfigError(
-                    f"attention.{name}={getattr(self, name)!r} needs K/V as wide as x, but n_kv_head={self.n_kv_head} "
-                    f"< n_head={self.n_head} (GQA); use {name}='projected' or n_kv_head=n_head"
-                )
-
-    def check_sizes(self, n_embd: int) -> None:
-        """Checks that need the width: an absolute rank must be below every factored projection's full rank."""
-        if self.rank is None or self.n_head is None:
-            return
-        kv_out = (self.n_kv_head or self.n_head) * (n_embd // self.n_head)
-        latent = self.kv_latent is not None or self.kv_latent_fraction is not None
-        outs = {"q": n_embd} if latent else {"q": n_embd, "k": kv_out, "v": kv_out}
-        for name, out in outs.items():
-            if getattr(self, f"{name}_mode") in ("projected", "residual") and self.rank >= min(n_embd, out):
-                raise ConfigError(f"attention.rank={self.rank} is not below the full rank {min(n_embd, out)} of the "
-                                  f"{name} projection ({n_embd} -> {out}); use a smaller rank or rank_fraction")
-
-    @property
-    def sdpa_compatible(self) -> bool:
-        """True when the math reduces to softmax(q.k' * s + mask) v, which PyTorch's SDPA computes.
-
-        A per-key magnitude gate ("global", "causal") multiplies v and keeps this; the per-(i, j) "prefix" gate
-        multiplies each weight p_ij and does not.
-        """
-        return (self.normalizer == "softmax" and not (self.causal and self.mask_form == "renormalize")
-                and self.magnitude != "prefix")
-
-    def replace(self, **changes) -> "AttentionConfig":
-        return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "AttentionConfig":
-        return config_from_dict(cls, data, where="attention")
 
 
 @strict_fields
@@ -281,8 +80,6 @@ class GPTConfig:
 
     def resolved_attention(self) -> AttentionConfig:
         """The AttentionConfig with the model's n_head / n_kv_head / bias / dropout filled in and checked."""
-        from .variants import get_variant  # late import: variants imports this module
-
         attn = self.attention
         if isinstance(attn, str):
             attn = get_variant(attn)
@@ -314,21 +111,23 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "GPTConfig":
-        data = dict(data)
-        if isinstance(data.get("attention"), dict):
-            data["attention"] = AttentionConfig.from_dict(data["attention"])
-        return config_from_dict(cls, data, where="model")
+        return from_dict(cls, data)
 
     def to_dict(self) -> dict:
-        """Plain dict (TOML-friendly: None-valued attention fields are dropped)."""
-        out = dataclasses.asdict(self)
-        if isinstance(self.attention, AttentionConfig):
-            out["attention"] = {k: v for k, v in dataclasses.asdict(self.attention).items() if v is not None}
-        return out
+        """Plain dict (TOML-friendly: None values are dropped)."""
+        return to_dict(self)
+
+    @classmethod
+    def named_config(cls, field: str, name: str):
+        """What a name stands for in a field that also takes a table (:func:`attnlab.configio.apply_overrides`):
+        ``attention = "gqa"`` is the variant's AttentionConfig preset."""
+        if field == "attention":
+            return get_variant(name)
+        raise ConfigError(f"model.{field}={name!r} is a name, not a table; set the whole table")
 
 
 def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
-__all__ = ["AttentionConfig", "GPTConfig", "config_from_dict"]
+__all__ = ["AttentionConfig", "GPTConfig", "POS_ENCODINGS", "ACTIVATIONS"]

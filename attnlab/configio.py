@@ -342,7 +342,7 @@ def _assign(tree: dict, cls, parts: list[str], raw: str, where: str) -> None:
         )
     current = tree.get(key)
     if isinstance(current, str):
-        current = _tree(_expand_name(sub, current, path))
+        current = _tree(_expand_name(cls, key, current, path))
     elif current is None:
         current = _tree(sub())
     elif dataclasses.is_dataclass(current) and not isinstance(current, type):
@@ -355,14 +355,11 @@ def _assign(tree: dict, cls, parts: list[str], raw: str, where: str) -> None:
     _assign(current, sub, parts[1:], raw, path)
 
 
-def _expand_name(sub, name: str, path: str):
-    """The dataclass instance a name stands for (a variant name -> its AttentionConfig preset)."""
-    from .config import AttentionConfig
-
-    if sub is AttentionConfig:
-        from .variants import get_variant  # late import: attnlab.variants imports attnlab.config
-
-        return get_variant(name)
+def _expand_name(cls, key: str, name: str, path: str):
+    """The dataclass instance that the name in field ``key`` of ``cls`` stands for, from the class's own
+    ``named_config(field, name)`` (GPTConfig: a variant name -> its AttentionConfig preset)."""
+    if hasattr(cls, "named_config"):
+        return cls.named_config(key, name)
     raise ConfigError(f"{path}={name!r} is a name, not a table; set the whole table as {path}={{...}}")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import AttentionConfig
+from .attention_config import AttentionConfig
 from .errors import unknown_name
 
 

@@ -10,32 +10,7 @@ import torch
 from attnlab import GPT, GPTConfig, variants
 from attnlab.nn import Attention
 from attnlab.config import POS_ENCODINGS
-
-VOCAB, T = 37, 16
-LEAK_TOL = 1e-6
-
-
-def max_leak(model: GPT, positions=(0, 3, 8, 14)) -> float:
-    """Largest change of logits[:, :i+1] when tokens i+1.. are replaced, over the given positions i."""
-    model = model.double().eval()
-    g = torch.Generator().manual_seed(0)
-    idx = torch.randint(0, VOCAB, (2, T), generator=g)
-    with torch.no_grad():
-        base = model(idx)[0]
-        worst = 0.0
-        for i in positions:
-            perturbed = idx.clone()
-            perturbed[:, i + 1:] = (idx[:, i + 1:] + 1 + torch.randint(0, VOCAB - 1, (2, T - i - 1), generator=g)) % VOCAB
-            out = model(perturbed)[0]
-            worst = max(worst, (out[:, : i + 1] - base[:, : i + 1]).abs().max().item())
-            assert (out[:, i + 1:] - base[:, i + 1:]).abs().max() > 1e-6  # the perturbation does reach the future
-    return worst
-
-
-def build(attention, pos="learned", **kw) -> GPT:
-    torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=VOCAB, block_size=T, n_layer=2, n_head=4, n_embd=32,
-                         attention=attention, pos_encoding=pos, **kw))
+from helpers import LEAK_TOL, VOCAB, build, max_leak
 
 
 @pytest.mark.parametrize("pos", POS_ENCODINGS)

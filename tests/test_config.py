@@ -2,17 +2,8 @@
 
 import pytest
 
-from attnlab import AttentionConfig, ConfigError, GPTConfig, get_variant, variant_info, variants
-
-
-def one_line_error(fn, *patterns):
-    with pytest.raises(ConfigError) as info:
-        fn()
-    msg = str(info.value)
-    assert "\n" not in msg
-    for p in patterns:
-        assert p in msg, msg
-    return msg
+from attnlab import AttentionConfig, GPTConfig, get_variant, variant_info, variants
+from helpers import one_line_error
 
 
 def test_n_embd_not_divisible_by_n_head():
@@ -35,7 +26,8 @@ def test_unknown_variant_lists_valid_names():
 def test_unknown_field_suggests_closest():
     one_line_error(lambda: GPTConfig(n_heads=4), "'n_heads'", "did you mean 'n_head'", "block_size")
     one_line_error(lambda: AttentionConfig(kernal="rbf"), "'kernal'", "did you mean 'kernel'")
-    one_line_error(lambda: GPTConfig.from_dict({"attention": {"temprature": 2}}), "'temprature'", "temperature")
+    one_line_error(lambda: GPTConfig.from_dict({"attention": {"temprature": 2}}), "'attention.temprature'",
+                   "did you mean 'attention.temperature'")
 
 
 @pytest.mark.parametrize("bad, patterns", [

@@ -9,7 +9,7 @@ import torch
 from attnlab.functional import (
     additive_causal_mask, attention, mask_renormalize, mask_renormalize_softmax, uses_sdpa,
 )
-from reference import attention_ref
+from helpers import attention_ref
 
 COMBOS = [
     dict(kernel=kn, normalizer=nm, causal=c, mask_form=mf, temperature=t)

@@ -15,10 +15,9 @@ import torch
 from attnlab import GPT, Attention, AttentionConfig, GPTConfig, get_variant, variant_info
 from attnlab.functional import attention, uses_sdpa
 from attnlab.functional import magnitude as M
+from attnlab.functional import magnitude_kernel as K
 from attnlab.nn.gates import MagnitudeGate, magnitude_stats
-from reference import attention_ref
-from test_causal_leak import LEAK_TOL, build, max_leak
-from test_config import one_line_error
+from helpers import LEAK_TOL, attention_ref, build, max_leak, one_line_error, tiny
 
 F64 = torch.float64
 
@@ -288,8 +287,6 @@ def test_gate_is_solved_in_float32_under_bfloat16_autocast():
 def test_training_logs_each_layers_stats_on_logged_steps_only(tmp_path, monkeypatch):
     """model.attention=magnitude-causal: every row of a trained step carries mag/L<i>/<stat> for both layers, finite,
     t > 0, |X|/N in (0, 1]; the gates record on the logged steps only (eval and the other steps pay nothing)."""
-    from test_train import tiny
-
     from attnlab.train import read_metrics, train
 
     recorded = []
@@ -334,13 +331,13 @@ def test_fast_path_is_the_general_functions_in_float64(form, solver, n, block, c
     batch) against the composition of the general functions, differentiated by autograd: weights, |X| and the
     gradients in keys and t agree to rounding (1e-9 of the largest entry; cond(Z + eps I) < 1e4 here). Small
     BLOCK / CHUNK_BYTES make the recursion and the chunk loop run at small sizes."""
-    monkeypatch.setattr(M, "BLOCK", block)
-    monkeypatch.setattr(M, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(K, "BLOCK", block)
+    monkeypatch.setattr(K, "CHUNK_BYTES", chunk_bytes)
     g = torch.Generator().manual_seed(5)
     keys = torch.randn(2, 3, n, 8, generator=g, dtype=F64, requires_grad=True)
     t = torch.tensor(0.7, dtype=F64, requires_grad=True)
     want = _general_weights(keys, t, 1e-3, form, solver)
-    got, mag, info = M.gaussian_key_weights(keys, t, 1e-3, form=form, solver=solver, max_iter=5, with_residual=True)
+    got, mag, info = K.gaussian_key_weights(keys, t, 1e-3, form=form, solver=solver, max_iter=5, with_residual=True)
     r = torch.randn(got.shape, generator=g, dtype=F64)  # prefix: M_ij above the diagonal is a constant 0
     grads_want = torch.autograd.grad((want * r).sum(), (keys, t))
     grads_got = torch.autograd.grad((got * r).sum(), (keys, t))
@@ -354,11 +351,11 @@ def test_fast_path_is_the_general_functions_in_float64(form, solver, n, block, c
 
 @pytest.mark.parametrize("form, solver", FAST_FORMS)
 def test_fast_path_gradcheck(form, solver, monkeypatch):
-    monkeypatch.setattr(M, "BLOCK", 4)
-    monkeypatch.setattr(M, "CHUNK_BYTES", 2000)  # one matrix per chunk
+    monkeypatch.setattr(K, "BLOCK", 4)
+    monkeypatch.setattr(K, "CHUNK_BYTES", 2000)  # one matrix per chunk
     keys = torch.randn(3, 11, 3, generator=torch.Generator().manual_seed(6), dtype=F64, requires_grad=True)
     t = torch.tensor(0.9, dtype=F64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda k, t: M.gaussian_key_weights(k, t, 1e-2, form=form, solver=solver)[0],
+    assert torch.autograd.gradcheck(lambda k, t: K.gaussian_key_weights(k, t, 1e-2, form=form, solver=solver)[0],
                                     (keys, t))
 
 
@@ -366,7 +363,7 @@ def test_fast_path_gradcheck(form, solver, monkeypatch):
 def test_fast_path_jitter_retry_is_causal_across_blocks(form, monkeypatch):
     """As test_the_jitter_retry_is_causal, with the recursion on: BLOCK = 4 splits 12 keys 8 | 4 and 4 | 4, and the
     duplicates after key 9 make the Schur complement of the last block fail; gates of keys <= 9 stay bit-identical."""
-    monkeypatch.setattr(M, "BLOCK", 4)
+    monkeypatch.setattr(K, "BLOCK", 4)
     _assert_jitter_keeps_prefix(form, seed=7, n_early=9, repeats=[0, 4, 7])
 
 
@@ -379,7 +376,7 @@ def test_fast_path_float32_error(form):
     its first residual cancels; not asserted here)."""
     keys = torch.randn(4, 256, 64, generator=torch.Generator().manual_seed(8), dtype=F64)
     w64 = _general_weights(keys, 1.0, 1e-3, form, "cholesky")
-    w32 = M.gaussian_key_weights(keys.float(), 1.0, 1e-3, form=form)[0]
+    w32 = K.gaussian_key_weights(keys.float(), 1.0, 1e-3, form=form)[0]
     assert w32.dtype == torch.float32
     assert ((w32.double() - w64).abs().max() / w64.abs().max()).item() < 2e-5
     assert (M.gate(w32.double(), 1.0, 0.0) - M.gate(w64, 1.0, 0.0)).abs().max().item() < 1e-5

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab import GPT, Attention, AttentionConfig, GPTConfig
-from reference import attention_ref
+from helpers import attention_ref
 
 
 def small(**kw):

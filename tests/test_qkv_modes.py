@@ -9,9 +9,7 @@ import torch
 from attnlab import GPT, Attention, AttentionConfig, GPTConfig, get_variant
 from attnlab.functional import qk_normalize
 from attnlab.nn.projections import IdentityInitLinear, LowRankLinear
-from reference import attention_ref
-from test_causal_leak import LEAK_TOL, build, max_leak
-from test_config import one_line_error
+from helpers import LEAK_TOL, attention_ref, build, max_leak, one_line_error
 
 C, H, D, B, T = 32, 4, 8, 2, 9  # n_embd, n_head, head_dim, batch, sequence
 

@@ -10,7 +10,7 @@ import torch
 
 from attnlab import GPT, ConfigError, GPTConfig
 from attnlab.analysis.rank import participation_ratio, pseudo_rank, rank_metrics, singular_spectra
-from attnlab.analysis.sweep import rank_sweep
+from attnlab.experiments.sweep import rank_sweep
 from attnlab.cli import main
 from attnlab.configio import apply_overrides
 from attnlab.presets import load_preset

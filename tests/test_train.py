@@ -15,11 +15,10 @@ import torch
 from safetensors.torch import load_file
 
 from attnlab.config import GPTConfig
-from attnlab.configio import apply_overrides, load_config
+from attnlab.configio import load_config
 from attnlab.data import Dataset, prepare
 from attnlab.errors import ConfigError
 from attnlab.model import GPT
-from attnlab.presets import load_preset
 from attnlab.train import (
     RunConfig,
     TrainConfig,
@@ -41,6 +40,7 @@ from attnlab.train import checkpoint as ckpt_mod
 from attnlab.train import distributed as dist_mod
 from attnlab.train import flops as flops_mod
 from attnlab.train import trainer as trainer_mod
+from helpers import tiny
 
 EXACT_KEYS = ("step", "tokens", "train_loss", "val_loss", "lr", "grad_norm")
 SUMMARY_KEYS = ("status", "steps", "final_val_loss", "best_val_loss", "tokens_seen", "wall_time_s", "n_params",
@@ -60,17 +60,6 @@ def _one_thread():
 def cache_dir(tmp_path_factory):
     """One data cache (tokens, tokenizer, matmul peak) shared by the tests of this module."""
     return str(tmp_path_factory.mktemp("cache"))
-
-
-def _value(v) -> str:
-    return str(v).lower() if isinstance(v, bool) else str(v)
-
-
-def tiny(out_dir, cache_dir, **overrides) -> RunConfig:
-    """The tiny preset writing to out_dir; overrides like train__max_steps=8 or model__dropout=0.1."""
-    items = [f"out_dir={out_dir}", f"data.cache_dir={cache_dir}"]
-    items += [f"{k.replace('__', '.')}={_value(v)}" for k, v in overrides.items()]
-    return apply_overrides(load_preset("tiny"), items)
 
 
 def exact_rows(run_dir) -> list[tuple]:

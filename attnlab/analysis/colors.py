@@ -25,6 +25,7 @@ from scipy.cluster.vq import kmeans2
 
 from ..atomic import atomic_path
 from ..errors import ConfigError
+from ..rundir import RESULTS_FILE
 from .consensus import consensus
 
 __all__ = ["DEFAULT_IMAGE", "ColorResult", "default_image_path", "load_image", "recolor", "mse", "psnr",
@@ -200,5 +201,5 @@ def save_color_outputs(result: dict, out_dir) -> list[Path]:
     summary.update(samples=result["samples"], image_shape=result["image_shape"], settings=result["settings"])
     from ..atomic import write_text
 
-    paths.append(write_text(out_dir / "results.json", json.dumps(summary, indent=2) + "\n"))
+    paths.append(write_text(out_dir / RESULTS_FILE, json.dumps(summary, indent=2) + "\n"))
     return paths

@@ -41,9 +41,10 @@ except ImportError:  # pragma: no cover
 
 __all__ = ["MATRICES", "attention_layers", "effective_weight", "layer_matrices", "qk_head_spectra",
            "singular_spectra", "pseudo_rank", "participation_ratio", "spectrum_stats", "rank_metrics",
-           "rank_rows", "format_rank_table", "plot_spectra", "load_model", "rank_report"]
+           "rank_rows", "format_rank_table", "plot_spectra", "rank_report"]
 
 MATRICES = ("q", "k", "v", "o", "qk")
+STATS = ("pseudo_rank", "participation_ratio")  # the metric names of rank_metrics
 MASS = 0.95
 
 
@@ -159,7 +160,7 @@ def rank_metrics(model: nn.Module, mass: float = MASS, per_layer: bool = True) -
     for i, layer in enumerate(spectra):
         for m, s in layer.items():
             stats = spectrum_stats(s, mass)
-            for key in ("pseudo_rank", "participation_ratio"):
+            for key in STATS:
                 if per_layer:
                     out[f"{key}/{m}/L{i}"] = stats[key]
                 sums.setdefault((key, m), []).append(stats[key])
@@ -230,43 +231,22 @@ def plot_spectra(spectra: list[dict], path, title: str | None = None, mass: floa
     return Path(path)
 
 
-def load_model(path) -> tuple[nn.Module, str]:
-    """(model, what it is) from a run directory (attnlab.train.load_run) or a Hugging Face GPT-2 directory
-    (config.json with model_type "gpt2": attnlab.GPT.from_hf_gpt2)."""
-    path = Path(path)
-    if not path.is_dir():
-        raise ConfigError(f"{path} not found (expected a run directory or a Hugging Face GPT-2 directory)")
-    hf_config = path / "config.json"
-    if hf_config.is_file():
-        try:
-            model_type = json.loads(hf_config.read_text(encoding="utf-8")).get("model_type")
-        except (OSError, ValueError, AttributeError):
-            raise ConfigError(f"{hf_config} is not a readable JSON config") from None
-        if model_type != "gpt2":
-            raise ConfigError(f"{hf_config} has model_type={model_type!r}; only Hugging Face 'gpt2' is supported")
-        from ..model import GPT
-
-        return GPT.from_hf_gpt2(path).eval(), "Hugging Face GPT-2"
-    from ..train import load_run
-
-    return load_run(path)[0], "attnlab run"
-
-
-def rank_report(path, out_dir=None, mass: float = MASS) -> dict:
-    """Spectra of a checkpoint: writes rank.md (the table), rank.json (rows, metrics, spectra) and spectra.png
-    into out_dir (default runs/rank-<name of path>). Returns {"rows", "metrics", "table", "out_dir", "kind"}."""
-    model, kind = load_model(path)
+def rank_report(model: nn.Module, out_dir, mass: float = MASS, *, source: str = "model", kind: str = "") -> dict:
+    """Spectra of ``model``'s attention weights: writes rank.md (the table), rank.json (rows, metrics, spectra) and
+    spectra.png into ``out_dir``; ``source`` and ``kind`` name what was measured (a path, "attnlab run").
+    Returns {"rows", "metrics", "table", "out_dir", "kind"}. Loading a checkpoint is the caller's
+    (:func:`attnlab.train.load_model`)."""
     with torch.no_grad():
         spectra = singular_spectra(model)
     if not spectra:
-        raise ConfigError(f"{path}: the model has no attention layers with Linear projections")
-    out_dir = Path(out_dir) if out_dir is not None else Path("runs") / f"rank-{Path(path).resolve().name}"
+        raise ConfigError(f"{source}: the model has no attention layers with Linear projections")
+    out_dir = Path(out_dir)
     rows = rank_rows(spectra, mass)
     table = format_rank_table(rows, mass)
     metrics = rank_metrics(model, mass)
-    write_text(out_dir / "rank.md", f"# Attention spectra of {path} ({kind})\n\n{table}\n")
-    dump = {"path": str(path), "kind": kind, "mass": mass, "rows": rows, "metrics": metrics,
+    write_text(out_dir / "rank.md", f"# Attention spectra of {source} ({kind})\n\n{table}\n")
+    dump = {"path": str(source), "kind": kind, "mass": mass, "rows": rows, "metrics": metrics,
             "spectra": [{m: s.tolist() for m, s in layer.items()} for layer in spectra]}
     write_text(out_dir / "rank.json", json.dumps(dump) + "\n")
-    plot_spectra(spectra, out_dir / "spectra.png", title=f"{Path(path).name} ({kind})", mass=mass)
+    plot_spectra(spectra, out_dir / "spectra.png", title=f"{Path(source).name} ({kind})", mass=mass)
     return {"rows": rows, "metrics": metrics, "table": table, "out_dir": str(out_dir), "kind": kind}

@@ -4,6 +4,7 @@
 * :mod:`.compare` — run the grid of (variant, seed) training runs, resumably.
 * :mod:`.stats` — mean, sample std and Welch's t-test (Welch 1947; Satterthwaite 1946).
 * :mod:`.report` — report.md, results.json and loss_curves.png from the run directories on disk.
+* :mod:`.sweep` — the weight-decay sweep: pseudo-rank and validation loss per lambda (``attnlab rank-sweep``).
 """
 
 from .catalog import Experiment, experiment_names, load_experiment

@@ -24,7 +24,6 @@ checkpoint and exits, and rerunning resumes.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -40,21 +39,19 @@ from pathlib import Path
 from ..configio import from_dict, load_toml, save_toml, to_dict
 from ..errors import ConfigError
 from ..lock import DirectoryLock
+from ..rundir import COMPARE_SPEC_FILE as SPEC_FILE
+from ..rundir import DONE_STATUSES, LOGS_DIR, read_summary
+from ..rundir import comparison_run_dir as run_dir
 from ..train.checkpoint import find_checkpoint
 from ..variants import variant_info
+from .report import write_report
 
 __all__ = ["compare", "run_config", "run_dir", "run_state", "spec_dict", "SPEC_FILE"]
 
-SPEC_FILE = "compare.toml"
 _PER_RUN_KEYS = (("model", "attention"), ("train", "seed"))  # set per run from `variants` / `seeds`
 
 
 # --------------------------------------------------------------------------------------------- configuration
-
-
-def run_dir(out_dir, variant: str, seed: int) -> Path:
-    """The run directory of (variant, seed): ``out_dir/<variant>/seed<k>``."""
-    return Path(out_dir) / variant / f"seed{seed}"
 
 
 def run_config(base, variant: str, seed: int, out_dir):
@@ -156,20 +153,11 @@ def _check_lists(variants: Sequence[str], seeds: Sequence[int]) -> None:
 # ------------------------------------------------------------------------------------------------------ runs
 
 
-def read_summary(path: Path) -> dict | None:
-    """``path/summary.json`` as a dict, or None when it is missing or unreadable (a run killed mid-write)."""
-    try:
-        data = json.loads((Path(path) / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def run_state(path: Path) -> str:
     """What to do with a run directory: "finished" / "diverged" (keep), "resume" (checkpoint), "fresh"."""
     summary = read_summary(path) or {}
     status = summary.get("status")
-    if status in ("finished", "diverged"):
+    if status in DONE_STATUSES:
         return status
     if find_checkpoint(path) is not None:  # also finds a complete checkpoint left mid-swap by a kill
         return "resume"
@@ -193,7 +181,7 @@ def _launch_state(head: str, path: Path, quiet: bool) -> str | None:
     removed) or "resume"; None (said why) when it is finished or diverged by now, or another process is
     writing to it (its lock is held: nothing is deleted, the report counts it as unfinished)."""
     state = run_state(path)
-    if state in ("finished", "diverged"):
+    if state in DONE_STATUSES:
         _say(quiet, f"{head} already {state}, skipped")
         return None
     if path.exists():
@@ -273,8 +261,6 @@ def compare(
 
 
 def _compare_locked(base, variants, seeds, grid, out_dir: Path, quiet, train_fn, jobs, threads) -> Path:
-    from .report import write_report
-
     resuming = check_or_write_spec(out_dir, spec_dict(base, variants, seeds), type(base))
     _say(quiet, f"compare: {len(variants)} variants x {len(seeds)} seeds -> {out_dir}"
                 + (" (resuming)" if resuming else "") + (f", {jobs} at a time" if jobs > 1 else ""))
@@ -283,7 +269,7 @@ def _compare_locked(base, variants, seeds, grid, out_dir: Path, quiet, train_fn,
         path = run_dir(out_dir, variant, seed)
         state = run_state(path)
         head = f"[{i}/{len(grid)}] {variant} seed {seed}:"
-        if state in ("finished", "diverged"):
+        if state in DONE_STATUSES:
             _say(quiet, f"{head} already {state}, skipped")
         else:
             todo.append((head, cfg, path))  # its state is read again at its turn (see _launch_state)
@@ -366,7 +352,7 @@ def _sigterm_as_keyboard_interrupt():
 
 
 def _supervise(todo: list, out_dir: Path, jobs: int, threads: int, quiet: bool) -> None:
-    logs = out_dir / "logs"
+    logs = out_dir / LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     pending, running, failures, stopping = list(todo), [], [], False

@@ -15,10 +15,14 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..analysis.rank import MATRICES as _RANK_WEIGHTS
+from ..analysis.rank import STATS as RANK_STATS
 from ..atomic import write_text
 from ..configio import load_toml
 from ..errors import ConfigError
-from .compare import SPEC_FILE, read_summary, run_dir
+from ..rundir import (COMPARE_SPEC_FILE, CURVES_FILE, DONE_STATUSES, REPORT_FILE, RESULTS_FILE, SHIPPED_RUN_FILES,
+                      read_metrics, read_summary)
+from ..rundir import comparison_run_dir as run_dir
 from .stats import Summary, describe, welch_ttest
 
 __all__ = [
@@ -73,30 +77,13 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _read_rows(path: Path) -> list[dict]:
-    """The rows of ``path/metrics.jsonl``; unparseable lines (a run killed mid-write) are skipped."""
-    try:
-        lines = (Path(path) / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    rows = []
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
 def load_curve(path: Path, rows: list[dict] | None = None) -> dict[int, tuple[float | None, float]]:
     """{step: (tokens, val_loss)} of the evaluated steps in ``path/metrics.jsonl`` (or of ``rows``).
 
     A step logged twice (re-run after a resume) keeps its last value.
     """
     curve = {}
-    for row in _read_rows(path) if rows is None else rows:
+    for row in read_metrics(path) if rows is None else rows:
         if _finite(row.get("val_loss")) and isinstance(row.get("step"), int):
             tokens = row.get("tokens")
             curve[row["step"]] = (tokens if _finite(tokens) else None, float(row["val_loss"]))
@@ -121,7 +108,7 @@ def diagnostics_of(row: dict) -> dict:
         if not _finite(value):
             continue
         parts = key.split("/")
-        if parts[0] in ("pseudo_rank", "participation_ratio") and parts[-1] == "mean":
+        if parts[0] in RANK_STATS and parts[-1] == "mean":
             out[key] = float(value)
         elif len(parts) == 3 and parts[0] == "mag" and parts[1].startswith("L") and parts[2] in _MAG_REDUCE:
             per_layer.setdefault(parts[2], []).append(float(value))
@@ -151,7 +138,7 @@ def collect_runs(out_dir, variants, seeds) -> list[RunRecord]:
                 status = str(summary.get("status", "incomplete"))
             else:
                 status = "incomplete" if path.exists() else "missing"
-            rows = _read_rows(path)
+            rows = read_metrics(path)
             records.append(RunRecord(variant, seed, path, status, summary or {}, load_curve(path, rows),
                                      _last_diagnostics(rows)))
     return records
@@ -261,7 +248,7 @@ def compute_results(spec: dict, records: list[RunRecord]) -> dict:
             "n_seeds": len(rs),
             "n_finished": len(losses[v]),
             "n_diverged": sum(r.status == "diverged" for r in rs),
-            "n_unfinished": sum(r.status not in ("finished", "diverged") for r in rs),
+            "n_unfinished": sum(r.status not in DONE_STATUSES for r in rs),
             "final_val_loss": summ.to_dict(),
             "delta_vs_baseline": delta,
             "welch_vs_baseline": None if is_base else welch_ttest(losses[v], losses[baseline]).to_dict(),
@@ -399,7 +386,6 @@ def _curve_table(results: dict, heading: str) -> list[str]:
     return [*lines, ""]
 
 
-_RANK_WEIGHTS = ("q", "k", "v", "o", "qk")
 _MAG_COLUMNS = (("t", "mag/t", ".3f"), ("\\|X\\|/N", "mag/magnitude_over_n", ".4f"),
                 ("mean gate", "mag/gate_mean", ".3f"), ("min mu", "mag/mu_min", ".3g"),
                 ("max mu", "mag/mu_max", ".3g"), ("solve residual", "mag/residual", ".2g"))
@@ -451,7 +437,7 @@ def results_tables(results: dict, heading: str = "##") -> str:
                       "", *_curve_table(results, heading), *_diagnostics_tables(results, heading)]).rstrip("\n") + "\n"
 
 
-def render_markdown(results: dict, curves_file: str | None = "loss_curves.png") -> str:
+def render_markdown(results: dict, curves_file: str | None = CURVES_FILE) -> str:
     """report.md: results table, per-seed losses, weight and gate diagnostics, settings, notes, runs left out,
     the loss-curve plot."""
     parts = ["# Attention variant comparison", "", results_tables(results), "## Settings", "",
@@ -521,9 +507,9 @@ def plot_loss_curves(records: list[RunRecord], variants: list[str], path) -> Pat
 
 def load_spec(out_dir) -> dict:
     """``out_dir/compare.toml``; a missing or malformed one is a one-line ConfigError."""
-    path = Path(out_dir) / SPEC_FILE
+    path = Path(out_dir) / COMPARE_SPEC_FILE
     if not path.exists():
-        raise ConfigError(f"{out_dir} is not a comparison directory (no {SPEC_FILE})")
+        raise ConfigError(f"{out_dir} is not a comparison directory (no {COMPARE_SPEC_FILE})")
     spec = load_toml(path)
     if not (isinstance(spec.get("variants"), list) and spec["variants"] and isinstance(spec.get("seeds"), list)
             and isinstance(spec.get("base"), dict)):
@@ -539,9 +525,6 @@ def read_results(out_dir) -> tuple[dict, list[RunRecord]]:
     return compute_results(spec, records), records
 
 
-SHIPPED_RUN_FILES = ("config.toml", "metrics.jsonl", "summary.json")
-
-
 def export_comparison(out_dir, dest) -> Path:
     """Copy the comparison in ``out_dir`` to ``dest`` without its checkpoints, for sharing or committing:
     ``compare.toml`` and, of every run that has a summary (finished or diverged), the files in
@@ -553,7 +536,7 @@ def export_comparison(out_dir, dest) -> Path:
     if dest.resolve() == out_dir.resolve():
         raise ConfigError(f"--export {dest}: the destination is the comparison directory itself")
     dest.mkdir(parents=True, exist_ok=True)
-    write_text(dest / SPEC_FILE, (out_dir / SPEC_FILE).read_text(encoding="utf-8"))
+    write_text(dest / COMPARE_SPEC_FILE, (out_dir / COMPARE_SPEC_FILE).read_text(encoding="utf-8"))
     for variant in spec["variants"]:
         for seed in spec["seeds"]:
             src = run_dir(out_dir, variant, seed)
@@ -571,10 +554,10 @@ def write_report(out_dir) -> Path:
     """Write results.json, loss_curves.png and report.md for the comparison in ``out_dir``; returns report.md."""
     out_dir = Path(out_dir)
     results, records = read_results(out_dir)
-    write_text(out_dir / "results.json", json.dumps(results, indent=2, allow_nan=False) + "\n")
-    plot = plot_loss_curves(records, [row["variant"] for row in results["variants"]], out_dir / "loss_curves.png")
+    write_text(out_dir / RESULTS_FILE, json.dumps(results, indent=2, allow_nan=False) + "\n")
+    plot = plot_loss_curves(records, [row["variant"] for row in results["variants"]], out_dir / CURVES_FILE)
     if plot is None:
-        (out_dir / "loss_curves.png").unlink(missing_ok=True)  # a stale plot would contradict the report
-    report = out_dir / "report.md"
+        (out_dir / CURVES_FILE).unlink(missing_ok=True)  # a stale plot would contradict the report
+    report = out_dir / REPORT_FILE
     write_text(report, render_markdown(results, plot.name if plot else None))
     return report

@@ -16,6 +16,10 @@ import torch.nn.functional as F
 from .masks import causal_keep, mask_renormalize_softmax
 from .scores import default_scale, dot_logits, rbf_augment, rbf_logits
 
+KERNELS = ("dot", "rbf")  # attnlab.functional.scores: dot_logits, rbf_logits
+NORMALIZERS = ("softmax", "none")
+MASK_FORMS = ("additive", "renormalize")  # seed 002's two forms (attnlab.functional.masks)
+BACKENDS = ("auto", "sdpa", "explicit")
 _SDPA_HAS_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)  # enable_gqa arrived in 2.5
 
 
@@ -26,7 +30,11 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
 
 def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", return_weights=False, backend="auto",
               value_gate=False):
-    """Whether :func:`attention` will call SDPA for these options (value_gate: whether one is given)."""
+    """Whether :func:`attention` will call SDPA for these options (value_gate: whether one is given).
+
+    The one predicate for "these options reduce to softmax(q k' s + mask) v": AttentionConfig.sdpa_compatible
+    asks it too (a per-(i, j) value gate, the prefix magnitude form, does not reduce; a per-key gate on v does).
+    """
     reducible = (normalizer == "softmax" and not (causal and mask_form == "renormalize") and not return_weights
                  and not value_gate)
     if backend == "sdpa" and not reducible:

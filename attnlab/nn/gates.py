@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from ..functional import magnitude as M
-
-FORMS = ("global", "causal", "prefix")
+from ..functional.magnitude import FORMS
+from ..functional.magnitude_kernel import gaussian_key_weights
 
 
 class MagnitudeGate(nn.Module):
@@ -61,13 +61,13 @@ class MagnitudeGate(nn.Module):
     def weights(self, k: torch.Tensor, with_residual: bool = True):
         """(w, |X| [...], SolveInfo): mu_j, w_j or M_ij of keys k [..., S, d] (computed in >= float32).
 
-        The Gaussian kernel takes the fused fast path (M.gaussian_key_weights: same math, hand-written gradients);
+        The Gaussian kernel takes the fused fast path (gaussian_key_weights: same math, hand-written gradients);
         the Laplacian kernel the general functions. with_residual=False leaves SolveInfo.residual empty.
         """
         if k.dtype in (torch.float16, torch.bfloat16):
             k = k.float()  # no half-precision Cholesky; at eps = 1e-3 float32 moves gates by < 1e-3 (measure_gates)
         if self.kernel == "gaussian":
-            return M.gaussian_key_weights(k, self.t.to(k.dtype), self.eps, form=self.form, solver=self.solver,
+            return gaussian_key_weights(k, self.t.to(k.dtype), self.eps, form=self.form, solver=self.solver,
                                           max_iter=self.cg_iters, with_residual=with_residual)
         z = M.similarity(k, self.t.to(k.dtype), self.kernel)
         if self.form == "global":

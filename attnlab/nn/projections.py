@@ -20,9 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..attention_config import LEARNED_MODES
+from ..attention_config import PROJECTION_MODES as MODES
 from ..errors import ConfigError
 
-MODES = ("projected", "identity", "identity_init", "residual")
 GPT2_INIT_STD = 0.02  # GPT-2's N(0, 0.02) weight init (attnlab.model.GPT._init_weights)
 
 
@@ -83,7 +84,7 @@ def make_projection(mode: str, n_embd: int, out_features: int, bias: bool = True
     if mode != "projected" and out_features != n_embd:
         raise ConfigError(f"projection mode={mode!r} needs out_features={out_features} == n_embd={n_embd} "
                           f"(K/V under GQA are narrower than x); use mode='projected'")
-    if rank is not None and mode not in ("projected", "residual"):
+    if rank is not None and mode not in LEARNED_MODES:
         raise ConfigError(f"rank={rank} needs a learned projection, not mode={mode!r}")
     if mode == "identity":
         return nn.Identity()

@@ -9,8 +9,9 @@ from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from .config import DEVICES, DTYPES, RunConfig, TrainConfig
 from .flops import flops_per_token, matmul_params, matmul_peak_gflops, mfu
 from .optim import lr_at, make_optimizer, param_groups, split_params
-from .plots import plot_losses, read_metrics
-from .trainer import TrainingDiverged, generate_text, load_run, sample, train
+from ..rundir import read_metrics
+from .plots import plot_losses
+from .trainer import TrainingDiverged, generate_text, load_model, load_run, sample, train
 
 __all__ = [
     "DEVICES",
@@ -22,6 +23,7 @@ __all__ = [
     "flops_per_token",
     "generate_text",
     "load_checkpoint",
+    "load_model",
     "load_run",
     "lr_at",
     "make_optimizer",

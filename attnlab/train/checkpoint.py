@@ -28,9 +28,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from ..rundir import CHECKPOINT_DIR
+
 __all__ = ["CHECKPOINT_DIR", "save_checkpoint", "load_checkpoint", "find_checkpoint", "unique_tensors", "load_weights"]
 
-CHECKPOINT_DIR = "checkpoint"
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
 META = "meta.json"

@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
 from ..atomic import atomic_path
+from ..rundir import read_metrics
 
-__all__ = ["read_metrics", "plot_losses"]
-
-
-def read_metrics(path: str | Path) -> list[dict]:
-    """The rows of a metrics.jsonl file; unreadable lines (e.g. a half-written last line) are skipped."""
-    rows = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return rows
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int):
-            rows.append(row)
-    return rows
+__all__ = ["plot_losses"]
 
 
 def _series(rows: Iterable[dict], key: str) -> tuple[list[int], list[float]]:

@@ -29,8 +29,9 @@ holding 95% of the squared-singular-value energy) and "participation_ratio/<m>/L
 (W_q W_k' per head, averaged), plus ".../<m>/mean" over layers. Matrices a variant does not have (identity Q/K)
 are absent. Cost: one small SVD per matrix per evaluation (milliseconds at the cpu preset).
 
-The gates record only on the steps that are logged (the trainer switches MagnitudeGate.record_stats on for those
-steps and off otherwise), so the other steps pay no device syncs and no residual product.
+Both reach the trainer as hooks (:mod:`attnlab.train.hooks`: MagnitudeGateHook, RankHook), not as imports. The
+gates record only on the steps that are logged (the hook switches MagnitudeGate.record_stats on for those steps
+and off otherwise), so the other steps pay no device syncs and no residual product.
 
 Steps are counted from 1: step k is the k-th optimizer update, made with learning rate ``lr_at(k)``; the
 metrics row of step k describes the model *after* that update. Step 0 is the untrained model (one validation
@@ -57,7 +58,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -69,24 +70,18 @@ from ..data import Dataset, default_cache_dir, load_tokenizer, prepare
 from ..errors import ConfigError
 from ..lock import DirectoryLock
 from ..model import GPT
-from ..analysis.rank import rank_metrics
-from ..nn.gates import magnitude_gates, magnitude_log, record_magnitude_stats
+from ..rundir import (CONFIG_FILE, METRICS_FILE, PLOT_FILE, RUN_MARKERS, SAMPLES_FILE, SUMMARY_FILE, TOKENIZER_FILE,
+                      read_metrics)
 from . import distributed as D
-from .checkpoint import CHECKPOINT_DIR, WEIGHTS, find_checkpoint, load_checkpoint, load_weights, save_checkpoint
+from .checkpoint import WEIGHTS, find_checkpoint, load_checkpoint, load_weights, save_checkpoint
 from .config import RunConfig
+from .hooks import TrainHook, default_hooks
 from .flops import device_name, flops_per_token, matmul_params, matmul_peak_gflops, mfu
 from .optim import lr_at, make_optimizer, set_lr
-from .plots import plot_losses, read_metrics
+from .plots import plot_losses
 
-__all__ = ["train", "load_run", "sample", "generate_text", "TrainingDiverged"]
+__all__ = ["train", "load_run", "load_model", "sample", "generate_text", "TrainingDiverged"]
 
-CONFIG_FILE = "config.toml"
-TOKENIZER_FILE = "tokenizer.json"
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
-SAMPLES_FILE = "samples.txt"
-PLOT_FILE = "loss.png"
-RUN_MARKERS = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_DIR)
 SAMPLE_TEMPERATURE = 0.8
 SAMPLE_TOP_K = 200
 _DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -107,7 +102,7 @@ class _Diverged(Exception):
 
 
 def train(cfg: RunConfig | None = None, *, resume: str | Path | None = None, quiet: bool = False,
-          _after_step: Callable[[int], None] | None = None) -> dict:
+          hooks: Sequence[TrainHook] = (), _after_step: Callable[[int], None] | None = None) -> dict:
     """Train ``cfg`` (or continue the run in directory ``resume``) and return the summary dict.
 
     With ``resume=DIR`` the config is DIR/config.toml and training continues from DIR's latest complete
@@ -118,10 +113,11 @@ def train(cfg: RunConfig | None = None, *, resume: str | Path | None = None, qui
     Returns the summary (also written to summary.json). Ctrl-C saves a checkpoint and returns with status
     "interrupted"; a NaN/inf loss raises :class:`TrainingDiverged` after writing summary.json.
     ``quiet=True`` prints nothing. Under ``torchrun`` every rank calls this; only rank 0 writes files.
+    ``hooks``: measurements logged besides :func:`attnlab.train.hooks.default_hooks` (:mod:`attnlab.train.hooks`).
     ``_after_step(step)`` is an internal hook called after each completed step (tests raise
     KeyboardInterrupt from it to simulate Ctrl-C).
     """
-    trainer = _Trainer(cfg, resume=resume, quiet=quiet)
+    trainer = _Trainer(cfg, resume=resume, quiet=quiet, hooks=hooks)
     try:
         return trainer.run(_after_step)
     finally:
@@ -146,6 +142,24 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[G
         model = GPT(cfg.model)
     load_weights(model, folder / WEIGHTS)
     return model.to(device).eval(), tokenizer, cfg
+
+
+def load_model(path) -> tuple[GPT, str]:
+    """(model in eval mode, what it is) from a run directory (:func:`load_run`) or a Hugging Face GPT-2 directory
+    (config.json with model_type "gpt2": attnlab.GPT.from_hf_gpt2)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ConfigError(f"{path} not found (expected a run directory or a Hugging Face GPT-2 directory)")
+    hf_config = path / "config.json"
+    if hf_config.is_file():
+        try:
+            model_type = json.loads(hf_config.read_text(encoding="utf-8")).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            raise ConfigError(f"{hf_config} is not a readable JSON config") from None
+        if model_type != "gpt2":
+            raise ConfigError(f"{hf_config} has model_type={model_type!r}; only Hugging Face 'gpt2' is supported")
+        return GPT.from_hf_gpt2(path).eval(), "Hugging Face GPT-2"
+    return load_run(path)[0], "attnlab run"
 
 
 def sample(run_dir: str | Path, prompt: str = "\n", max_new_tokens: int = 500, temperature: float = 0.8,
@@ -256,7 +270,7 @@ def _tensorboard_class():
 class _Trainer:
     """One training session of one run directory (see the module docstring for the life cycle)."""
 
-    def __init__(self, cfg: RunConfig | None, *, resume=None, quiet: bool = False):
+    def __init__(self, cfg: RunConfig | None, *, resume=None, quiet: bool = False, hooks: Sequence[TrainHook] = ()):
         self.info = D.dist_info()
         cfg, run_dir, resuming = _resolve(cfg, resume)
         self.tc = cfg.train
@@ -277,7 +291,7 @@ class _Trainer:
             self.ds = self._prepare_data(cfg)
             self.cfg = cfg.replace(model=cfg.model.replace(vocab_size=self.ds.vocab_size), out_dir=str(self.run_dir))
             self._check_tokenizer(resuming)
-            self._build()
+            self._build(hooks)
             if resuming:
                 self._restore()
             self._write_run_files(resuming)
@@ -321,13 +335,15 @@ class _Trainer:
                 f"the data now gives a different tokenizer than {saved}; cannot resume (was [data] changed?)"
             )
 
-    def _build(self) -> None:
+    def _build(self, hooks: Sequence[TrainHook]) -> None:
         """Model, optimizer, grad scaler, batch generator, bookkeeping state (seeded as documented)."""
         tc = self.tc
         torch.manual_seed(tc.seed)
         self.model = GPT(self.cfg.model).to(self.device)
-        self.has_gates = bool(magnitude_gates(self.model))
-        record_magnitude_stats(self.model, False)  # switched on for the steps that are logged (see _train_step)
+        self.hooks = [*default_hooks(self.cfg, self.model), *hooks]
+        self.hook_prefixes = tuple(prefix for hook in self.hooks for prefix in hook.prefixes)
+        for hook in self.hooks:
+            hook.step_ends(self.model)  # measurements are switched on for the steps that are logged (_train_step)
         if self.info.enabled:  # independent dropout streams per rank (the init above is identical on all)
             torch.manual_seed(tc.seed + self.info.rank)
         self.optimizer = make_optimizer(self.model, tc, self.device.type)
@@ -469,12 +485,14 @@ class _Trainer:
         start = time.perf_counter()
         self._take_snapshot()
         self.phase = "step"
-        record = self.has_gates and self._row_due(k)
-        record_magnitude_stats(self.model, record)
+        record = self._row_due(k)
+        for hook in self.hooks:
+            hook.step_begins(self.model, record)
         try:
             loss = self._forward_backward()
         finally:
-            record_magnitude_stats(self.model, False)
+            for hook in self.hooks:
+                hook.step_ends(self.model)
         reduced = D.all_reduce(torch.stack([loss, torch.tensor(float(self.stop_requested), device=self.device)]),
                                self.info)
         loss_value = float(reduced[0]) / self.info.world_size
@@ -499,7 +517,8 @@ class _Trainer:
         self.window_tokens += self.tokens_per_step
         self.window_time += elapsed
         stats = {"train_loss": loss_value, "lr": lr, "grad_norm": grad_norm, "step_time_s": elapsed}
-        return {**stats, **magnitude_log(self.model)} if record else stats
+        return {**stats, **{key: v for hook in self.hooks for key, v in hook.step_stats(self.model).items()}} \
+            if record else stats
 
     # ------------------------------------------------------------------------------------------ evaluation
 
@@ -543,9 +562,9 @@ class _Trainer:
     def _row(self, k: int, stats: dict, val: float | None) -> dict:
         """A metrics.jsonl row: step, tokens seen, train loss of step k (mean over its micro-batches and ranks),
         val loss (null unless evaluated), lr used by step k, gradient norm before clipping, throughput; with
-        magnitude gates also the "mag/L<i>/<stat>" keys of the module docstring."""
+        hooks also the keys they measured in the step (e.g. "mag/L<i>/<stat>", see the module docstring)."""
         tps = self.window_tokens / self.window_time if self.window_time > 0 else stats.get("tokens_per_s")
-        mag = {key: _finite_or_none(value) for key, value in stats.items() if key.startswith("mag/")}
+        measured = {key: _finite_or_none(value) for key, value in stats.items() if key.startswith(self.hook_prefixes)}
         return {
             "step": k,
             "tokens": self.tokens,
@@ -555,7 +574,7 @@ class _Trainer:
             "grad_norm": _finite_or_none(stats.get("grad_norm")),
             "tokens_per_s": tps,
             "step_time_s": stats.get("step_time_s"),
-            **mag,
+            **measured,
         }
 
     def _log_row(self, k: int, stats: dict, val: float | None) -> None:
@@ -564,14 +583,15 @@ class _Trainer:
         self.window_tokens, self.window_time = 0, 0.0
         if not self.info.is_main:
             return
-        if val is not None and self.tc.track_rank:  # seed 001: how the weights' pseudo-rank evolves
-            row.update(rank_metrics(self.model))
+        if val is not None:  # e.g. seed 001: how the weights' pseudo-rank evolves (RankHook)
+            for hook in self.hooks:
+                row.update(hook.eval_stats(self.model))
         with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
         self.logged_steps.add(k)
         if self.tensorboard is not None:
             scalars = ("train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s")
-            for key in (*scalars, *(key for key in row if key.startswith(("mag/", "pseudo_rank/", "participation")))):
+            for key in (*scalars, *(key for key in row if key.startswith(self.hook_prefixes))):
                 if row[key] is not None:
                     self.tensorboard.add_scalar(key, row[key], k)
         if val is not None:

@@ -21,19 +21,16 @@ import shutil
 import tomllib
 from pathlib import Path
 
+from ..analysis.rank import MASS, MATRICES, rank_report
 from ..atomic import write_text
 from ..configio import load_toml, save_toml, to_dict
 from ..errors import ConfigError
-from .rank import MASS, MATRICES, rank_report
+from ..rundir import DONE_STATUSES, SUMMARY_FILE, read_summary, sweep_run_dir
+from ..rundir import SWEEP_SPEC_FILE as SPEC_FILE
+from ..train import load_model, train
+from .compare import run_state, spec_differences
 
 __all__ = ["rank_sweep", "sweep_run_dir", "format_sweep_table"]
-
-SPEC_FILE = "sweep.toml"
-
-
-def sweep_run_dir(out_dir, weight_decay: float) -> Path:
-    """``out_dir/wd<lambda>`` (lambda written with %g: wd0, wd0.1, wd1)."""
-    return Path(out_dir) / f"wd{weight_decay:g}"
 
 
 def _spec(cfg, weight_decays) -> dict:
@@ -46,8 +43,6 @@ def _spec(cfg, weight_decays) -> dict:
 
 
 def _check_spec(out_dir: Path, spec: dict) -> None:
-    from ..experiments.compare import spec_differences
-
     path = out_dir / SPEC_FILE
     if not path.exists():
         save_toml(spec, path)
@@ -59,11 +54,8 @@ def _check_spec(out_dir: Path, spec: dict) -> None:
 
 
 def _train_one(cfg, path: Path, quiet: bool) -> dict:
-    from ..experiments.compare import read_summary, run_state
-    from ..train import train
-
     state = run_state(path)
-    if state in ("finished", "diverged"):
+    if state in DONE_STATUSES:
         return read_summary(path) or {}
     if state == "resume":
         return train(None, resume=path, quiet=quiet)
@@ -76,13 +68,14 @@ def _rank_metrics(path: Path, mass: float) -> dict:
     """The run's rank metrics: from rank/rank.json when written after the run's summary, else a new report."""
     saved = path / "rank" / "rank.json"
     try:
-        if saved.stat().st_mtime >= (path / "summary.json").stat().st_mtime:
+        if saved.stat().st_mtime >= (path / SUMMARY_FILE).stat().st_mtime:
             data = json.loads(saved.read_text(encoding="utf-8"))
             if data.get("mass") == mass:
                 return data["metrics"]
     except (OSError, ValueError, KeyError):
         pass
-    return rank_report(path, path / "rank", mass)["metrics"]
+    model, kind = load_model(path)
+    return rank_report(model, path / "rank", mass, source=str(path), kind=kind)["metrics"]
 
 
 def rank_sweep(cfg, weight_decays, out_dir, *, quiet: bool = True, mass: float = MASS) -> dict:

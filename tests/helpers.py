@@ -1,0 +1,107 @@
+"""What several test files share, in one module (test files do not import each other):
+
+* :func:`attention_ref`: float64 attention written straight from the formulas, in numpy loops, independent of
+  attnlab's torch code;
+* :func:`max_leak` / :func:`build` / ``LEAK_TOL``: the causality (perturbation leak) check;
+* :func:`one_line_error`: a call must raise a one-line ConfigError containing given fragments;
+* :func:`tiny`: the tiny preset's RunConfig in a test's directories, with overrides.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab import GPT, GPTConfig
+from attnlab.configio import apply_overrides
+from attnlab.errors import ConfigError
+from attnlab.presets import load_preset
+
+VOCAB, T = 37, 16  # the leak check's model: vocabulary and context
+LEAK_TOL = 1e-6  # float64: only rounding (~1e-15) may differ; the bound is the issue's
+
+
+def attention_ref(q, k, v, *, causal=False, scale=None, temperature=1.0, kernel="dot", normalizer="softmax",
+                  mask_form="additive"):
+    """o_i = sum_j p_ij v_j for every batch b and head h, one query row at a time.
+
+    q [B, H, T, d], k/v [B, Hkv, S, d]; head h reads K/V head h // (H / Hkv).
+    Returns (out [B, H, T, dv], weights [B, H, T, S]) as float64 numpy arrays.
+    """
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    b_, h_, t_, d = q.shape
+    s_ = k.shape[2]
+    group = h_ // k.shape[1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    out = np.zeros((b_, h_, t_, v.shape[-1]))
+    weights = np.zeros((b_, h_, t_, s_))
+    for b in range(b_):
+        for h in range(h_):
+            kh, vh = k[b, h // group], v[b, h // group]
+            for i in range(t_):
+                if kernel == "dot":
+                    z = np.array([q[b, h, i] @ kh[j] for j in range(s_)]) * scale / temperature
+                else:  # Gaussian kernel exp(-||q-k||^2 / (2 sigma^2)), sigma^2 = T / scale
+                    z = np.array([-np.sum((q[b, h, i] - kh[j]) ** 2) for j in range(s_)]) * scale / (2 * temperature)
+                visible = np.arange(s_) <= i if causal else np.ones(s_, dtype=bool)
+                if normalizer == "softmax":
+                    if causal and mask_form == "renormalize":
+                        a = np.exp(z - z.max())
+                        a /= a.sum()  # A = softmax(z) over every key
+                        p = np.where(visible, a, 0.0) / a[visible].sum()  # Mask(A)
+                    else:
+                        e = np.where(visible, np.exp(z - z[visible].max()), 0.0)
+                        p = e / e.sum()
+                else:
+                    raw = z if kernel == "dot" else np.exp(z)
+                    p = np.where(visible, raw, 0.0)
+                weights[b, h, i] = p
+                out[b, h, i] = p @ vh
+    return out, weights
+
+
+def max_leak(model: GPT, positions=(0, 3, 8, 14)) -> float:
+    """Largest change of logits[:, :i+1] when tokens i+1.. are replaced, over the given positions i."""
+    model = model.double().eval()
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, VOCAB, (2, T), generator=g)
+    with torch.no_grad():
+        base = model(idx)[0]
+        worst = 0.0
+        for i in positions:
+            perturbed = idx.clone()
+            perturbed[:, i + 1:] = (idx[:, i + 1:] + 1 + torch.randint(0, VOCAB - 1, (2, T - i - 1), generator=g)) % VOCAB
+            out = model(perturbed)[0]
+            worst = max(worst, (out[:, : i + 1] - base[:, : i + 1]).abs().max().item())
+            assert (out[:, i + 1:] - base[:, i + 1:]).abs().max() > 1e-6  # the perturbation does reach the future
+    return worst
+
+
+def build(attention, pos="learned", **kw) -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=VOCAB, block_size=T, n_layer=2, n_head=4, n_embd=32,
+                         attention=attention, pos_encoding=pos, **kw))
+
+
+def one_line_error(fn, *patterns):
+    with pytest.raises(ConfigError) as info:
+        fn()
+    msg = str(info.value)
+    assert "\n" not in msg
+    for p in patterns:
+        assert p in msg, msg
+    return msg
+
+
+def _value(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def tiny(out_dir, cache_dir, **overrides) :
+    """The tiny preset writing to out_dir; overrides like train__max_steps=8 or model__dropout=0.1."""
+    items = [f"out_dir={out_dir}", f"data.cache_dir={cache_dir}"]
+    items += [f"{k.replace('__', '.')}={_value(v)}" for k, v in overrides.items()]
+    return apply_overrides(load_preset("tiny"), items)
