@@ -73,7 +73,7 @@ register(
 register(
     "magnitude-causal", "magnitude-gated values, per key: g_j = gate(weight of key j inside its own prefix 1..j)",
     "seed 000 (magnitude attention), causal form", magnitude="causal",
-    notes="exact w_j = y_j / L_jj from Z + eps I = L L', y = L^-1 1 (shared/notes/magnitude-numerics.md); keeps the "
+    notes="exact w_j = y_j / L_jj from Z + eps I = L L', y = L^-1 1 (docs/magnitude.md, prefix identities); keeps the "
           "SDPA fast path. Not the seed's global mu, which leaks the future in a causal model: that one is "
           "AttentionConfig(magnitude='global', causal=False), or allow_future_leak=True to reproduce the seed. "
           "A cluster of m clones gets gates of 1, 1/2, ..., 1/m (sum ~ ln m, not 1 unit): each key is judged "

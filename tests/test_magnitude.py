@@ -1,6 +1,6 @@
 """attnlab's magnitude library (seed 000) against closed forms and independent solves, in float64.
 
-Oracles: shared/notes/magnitude-numerics.md (two points, equidistant sets, clones, far-apart sets, products, the
+Oracles: the closed forms of docs/magnitude.md (two points, equidistant sets, clones, far-apart sets, products, the
 variational lower bound, the one-point extension), Leinster's formula for subsets of the line (Laplacian kernel),
 and direct torch.linalg.solve / numpy solves of (Z + eps I) mu = 1 on every prefix for the causal identities.
 Tolerances: float64 throughout; 1e-10 where only rounding separates two exact computations of well-conditioned

@@ -3,7 +3,7 @@
 :func:`run_demo` returns them as a dict (and :func:`main` prints them); :func:`measure_gates` is the measurement
 behind the default gate (``magnitude_gate="clamp"``, ``magnitude_eps=1e-3``). Every number is computed by the
 library (attention weights by :func:`attnlab.functional.attention`, weights by the magnitude solvers); the closed
-forms beside them are the seed's arithmetic and shared/notes/magnitude-numerics.md.
+forms beside them are the seed's arithmetic and the closed forms of docs/magnitude.md ("Closed forms").
 """
 
 from __future__ import annotations
