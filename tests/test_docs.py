@@ -1,0 +1,238 @@
+"""The docs site (docs/, mkdocs.yml) and the README stay true to the code and to the shipped results.
+
+Generated blocks (between ``<!-- NAME:BEGIN -->`` and ``<!-- NAME:END -->``) are rewritten by
+``python docs/generate.py``; here each kind is also checked against its source directly: the results tables against
+``attnlab report``'s own functions on results/, the variant tables against the registry, the switch tables against
+``dataclasses.fields``. The rest checks what ``mkdocs build --strict`` cannot see without mkdocs installed: the nav
+covers every page, seed mentions link to the Sources page, the README is short and its headline numbers are
+measured ones, and CI runs what the README says.
+"""
+
+import dataclasses
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnlab import variant_info, variants
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+README = (ROOT / "README.md").read_text()
+
+
+def _generate():
+    spec = importlib.util.spec_from_file_location("docs_generate", DOCS / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+generate = _generate()
+
+
+def _pages() -> dict[str, str]:
+    """{path relative to docs/: text} of every Markdown page."""
+    return {p.relative_to(DOCS).as_posix(): p.read_text() for p in sorted(DOCS.glob("**/*.md"))}
+
+
+def _blocks(text: str, name: str) -> list[str]:
+    return re.findall(rf"<!-- {re.escape(name)}:BEGIN -->\n(.*?)<!-- {re.escape(name)}:END -->", text, flags=re.S)
+
+
+def _unlink(text: str) -> str:
+    """Markdown links reduced to their text: [seed 001](sources.md#seed-001) -> seed 001."""
+    return re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+
+
+# ------------------------------------------------------------------------------------------------ generated blocks
+
+
+def test_generated_blocks_are_current():
+    """Every generated block on every page equals what `python docs/generate.py` writes now."""
+    assert generate.stale() == [], "run `python docs/generate.py`"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+@pytest.mark.parametrize("where", ["README.md", "docs/variants.md"])
+def test_variant_table_is_the_registry(where):
+    blocks = _blocks((ROOT / where).read_text(), "VARIANTS")
+    assert len(blocks) == 1, where
+    rows = [_unlink(line) for line in blocks[0].strip().splitlines()[2:]]
+    want = [f"| `{n}` | {_cell(variant_info(n).description)} | {_cell(variant_info(n).source)} |" for n in variants()]
+    assert rows == want
+
+
+def _switch_rows(block: str) -> list[list[str]]:
+    rows = []
+    for line in block.strip().splitlines()[2:]:
+        cells = re.split(r"(?<!\\)\|", line.strip())[1:-1]
+        rows.append([c.strip() for c in cells])
+    return rows
+
+
+@pytest.mark.parametrize("class_name", ["AttentionConfig", "GPTConfig", "TrainConfig", "DataConfig"])
+def test_switch_table_is_the_dataclass(class_name):
+    """docs/variants.md lists every field of the config dataclass, in order, with its type and default."""
+    cls = generate.config_classes()[class_name]
+    blocks = _blocks((DOCS / "variants.md").read_text(), f"SWITCHES:{class_name}")
+    assert len(blocks) == 1
+    rows = _switch_rows(blocks[0])
+    assert [r[0] for r in rows] == [f"`{f.name}`" for f in dataclasses.fields(cls)]
+    for row, f in zip(rows, dataclasses.fields(cls)):
+        type_ = f.type if isinstance(f.type, str) else f.type.__name__
+        assert row[1].strip("`").replace("\\|", "|") == type_, f.name
+        default = f'"{f.default}"' if isinstance(f.default, str) else repr(f.default)
+        assert row[2] == f"`{default}`", f.name
+    docs = generate.field_docs(cls)
+    assert [_unlink(r[3]).replace("\\", "") for r in rows] == \
+        [" ".join(docs[f.name].split()).replace("\\", "") for f in dataclasses.fields(cls)]
+
+
+def test_field_docs_read_docstrings_and_comments(tmp_path, monkeypatch):
+    """The switch tables take a field's docstring, else its trailing comment, else the comment block above it."""
+    import textwrap
+
+    source = textwrap.dedent('''
+        from dataclasses import dataclass
+
+        @dataclass
+        class Demo:
+            a: int = 1
+            """The a."""
+            b: str = "x"  # the b
+            # shared by c and d
+            c: int = 2
+            d: int = 3
+
+            e: bool = True
+    ''')
+    path = tmp_path / "field_docs_demo.py"  # a real file: field_docs reads the class's source
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("field_docs_demo", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "field_docs_demo", module)  # @dataclass and inspect look the module up
+    spec.loader.exec_module(module)
+    assert generate.field_docs(module.Demo) == {"a": "The a.", "b": "the b", "c": "shared by c and d",
+                                               "d": "as `c`", "e": ""}
+
+
+def test_results_blocks_are_the_shipped_runs():
+    """Every results table on the docs pages is what `attnlab report` computes from the raw run logs shipped in
+    results/<name>/ (summary.json, metrics.jsonl), so no number in it was typed or pasted from elsewhere; and every
+    directory under results/ is quoted on some page."""
+    from attnlab.experiments.report import read_results, results_tables
+
+    found = {}
+    for page, text in _pages().items():
+        for name, block in re.findall(r"<!-- RESULTS:([\w-]+):BEGIN -->\n(.*?)<!-- RESULTS:\1:END -->", text, re.S):
+            found.setdefault(name, []).append((page, block))
+    shipped = sorted(p.name for p in (ROOT / "results").iterdir() if p.is_dir())
+    assert sorted(found) == shipped
+    for name, quotes in found.items():
+        results, _ = read_results(ROOT / "results" / name)
+        for page, block in quotes:
+            assert block == results_tables(results, heading="####"), f"{page}: RESULTS:{name}"
+
+
+def test_images_exist():
+    """Every image on a page is a file (the plots: results/**/*.png, which docs/hooks.py publishes under results/)."""
+    for page, text in {**_pages(), "../README.md": README}.items():
+        base = (DOCS / page).parent
+        text = re.sub(r"`[^`\n]*`", "", re.sub(r"^\s*```.*?^\s*```", "", text, flags=re.M | re.S))  # not code
+        for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", text):
+            if "://" in target:
+                continue
+            path = (base / target).resolve()
+            if path.is_relative_to(DOCS) and path.relative_to(DOCS).parts[0] == "results":
+                path = ROOT / path.relative_to(DOCS)  # docs/hooks.py publishes results/ at the site's root
+            assert path.is_file(), f"{page}: {target}"
+
+
+# ------------------------------------------------------------------------------------------------ site structure
+
+
+def _nav_pages() -> list[str]:
+    config = (ROOT / "mkdocs.yml").read_text()
+    nav = config.split("\nnav:\n")[1]
+    nav = re.split(r"\n(?=\S)", nav)[0]  # up to the next top-level key
+    return re.findall(r"([\w./-]+\.md)\s*$", nav, flags=re.M)
+
+
+def test_every_page_is_in_the_nav():
+    nav = _nav_pages()
+    assert len(nav) == len(set(nav))
+    assert sorted(nav) == sorted(_pages()), "every docs page in mkdocs.yml's nav, and every nav entry a page"
+    for page in ("index.md", "getting-started.md", "variants.md", "magnitude.md", "claims.md", "studies/index.md",
+                 "speed.md", "testing.md", "contributing.md", "api.md", "sources.md"):
+        assert page in nav
+
+
+def test_seed_mentions_link_to_sources():
+    """The seed write-ups are defined once, on the Sources page: a page that mentions one links it there."""
+    for page, text in {**_pages(), "../README.md": README}.items():
+        if page == "sources.md":
+            continue
+        to_docs = "docs/" if page == "../README.md" else "../" * page.count("/")
+        for mention in re.findall(r"\b[Ss]eeds? (\d{3}(?:(?:, | and | to |-)\d{3})*)\b", text):
+            for number in re.findall(r"\d{3}", mention):
+                if page == "../README.md":
+                    assert f"{to_docs}sources.md" in text, page  # GitHub ignores the anchors' attr_list ids
+                else:
+                    assert f"{to_docs}sources.md#seed-{number}" in text, f"{page}: seed {number}"
+
+
+# ------------------------------------------------------------------------------------------------ README
+
+
+def test_readme_is_short_and_names_the_docs():
+    assert len(README.splitlines()) <= 200
+    assert 'pip install -e ".[docs]"' in README and "mkdocs serve" in README
+    for link in re.findall(r"\]\((docs/[^)#\s]+)", README):
+        assert (ROOT / link).is_file(), link
+
+
+def _study_lines() -> list[str]:
+    section = README.split("\n## Studies\n")[1].split("\n## ")[0]
+    return [item for item in re.split(r"\n(?=- )", section) if item.startswith("- ")]
+
+
+NUMBER = re.compile(r"(?<![\w.,])(?:\d+\.\d{3,}|\d{1,3}(?:,\d{3})+)(?![\w.,]\d)")
+
+
+def test_readme_headlines_are_measured():
+    """Each study's headline in the README links its page, and every number in it with 3 or more decimals (or a
+    thousands separator) is printed by `attnlab report` for the results/ directories the line names, or, for a
+    study without raw logs, stands on the page it links."""
+    from attnlab.experiments.report import read_results, results_tables
+
+    linked = set()
+    for line in _study_lines():
+        pages = re.findall(r"\]\(docs/([^)#\s]+\.md)", line)
+        linked.update(pages)
+        dirs = re.findall(r"`results/([\w-]+)`", line)
+        if dirs:
+            source = "".join(results_tables(read_results(ROOT / "results" / d)[0], heading="####") for d in dirs)
+        else:
+            source = "".join((DOCS / p).read_text() for p in pages)
+        numbers = NUMBER.findall(line)
+        if dirs:
+            assert numbers, line
+        for number in numbers:
+            assert number in source, f"{number} is not in {dirs or pages}: {line}"
+    studies = {f"studies/{p.name}" for p in (DOCS / "studies").glob("*.md") if p.name != "index.md"}
+    assert studies <= linked, "every study page has a headline in the README"
+
+
+def test_ci_runs_the_readme_test_command_and_builds_the_docs():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert 'pip install torch==2.13.0 && pip install -e ".[test]" && python -m pytest' in README
+    for step in ("pip install torch==2.13.0", 'pip install -e ".[test]"', "python -m pytest\n",
+                 'pip install -e ".[docs]"', "mkdocs build --strict"):
+        assert step in ci
+    assert "docs = [" in (ROOT / "pyproject.toml").read_text()
