@@ -31,43 +31,68 @@ QK_NORMS = ("off", "fixed", "learned")
 class AttentionConfig:
     """One attention layer. Defaults: causal multi-head softmax attention of q.k / sqrt(d) (Vaswani et al. 2017)."""
 
-    n_head: int | None = None  # None: the model's n_head
-    n_kv_head: int | None = None  # None: = n_head (MHA); 1: MQA (Shazeer 2019); a divisor: GQA (Ainslie et al. 2023)
-    bias: bool | None = None  # biases in the q/k/v/out projections; None: the model's bias
-    dropout: float | None = None  # dropout on the attention weights; None: the model's dropout
-    kernel: str = "dot"  # "dot": logits q.k*scale/T;  "rbf": logits -scale*||q-k||^2/(2T), i.e. sigma^2 = T*sqrt(d) (seed 003)
-    normalizer: str = "softmax"  # "softmax": rows sum to 1;  "none": raw similarity weights (seed 001)
-    temperature: float = 1.0  # T in softmax(z / T) (seed 003)
-    scale: float | None = None  # None: 1/sqrt(head_dim)
+    n_head: int | None = None
+    """Query heads; `None`: the model's `n_head` (filled in by `GPTConfig.resolved_attention`)."""
+    n_kv_head: int | None = None
+    """K/V heads: `None` (= n_head, MHA), 1 (MQA, Shazeer 2019) or another divisor of n_head (GQA, Ainslie et al. 2023); seed 003."""
+    bias: bool | None = None
+    """Biases in the q/k/v/out projections; `None`: the model's `bias`."""
+    dropout: float | None = None
+    """Dropout on the attention weights; `None`: the model's `dropout`."""
+    kernel: str = "dot"
+    """`"dot"`: logits q.k s/T; `"rbf"`: logits -s ||q-k||^2/(2T), the Gaussian kernel with sigma^2 = T/s = T sqrt(d) (seed 003)."""
+    normalizer: str = "softmax"
+    """`"softmax"`: rows sum to 1; `"none"`: raw similarity weights, z for dot and exp(z) for rbf (seed 001)."""
+    temperature: float = 1.0
+    """T in softmax(z/T), any value > 0 (seed 003)."""
+    scale: float | None = None
+    """s in z = q.k s, any value > 0; `None`: 1/sqrt(head_dim)."""
     causal: bool = True
-    mask_form: str = "additive"  # "additive": -inf inside the softmax; "renormalize": Mask(B) after it (seed 002)
-    backend: str = "auto"  # "auto": SDPA whenever the options reduce to it; "sdpa" (require it); "explicit"
-    # Magnitude gate on the values, Attn(Q, K, g o V) (seed 000; attnlab.functional.magnitude):
-    #   "global": mu = (Z + eps I)^-1 1 over all keys (bidirectional; in a causal model it leaks the future)
-    #   "causal": per key, w_j = weight of key j inside its own prefix {1..j} (exact; keeps the SDPA fast path)
-    #   "prefix": per (i, j), M_ij = weight of key j inside query i's prefix {1..i} (exact; explicit path)
+    """Mask the future: position i attends to positions <= i."""
+    mask_form: str = "additive"
+    """`"additive"`: -inf inside the softmax; `"renormalize"`: Mask(B) after it, zero the future and renormalise (seed 002; the two are equal, tested)."""
+    backend: str = "auto"
+    """`"auto"`: `torch.nn.functional.scaled_dot_product_attention` whenever the options reduce to softmax(q k' s + mask) v (rbf included, by one extra coordinate), else the explicit formula; `"sdpa"`: require SDPA; `"explicit"`."""
     magnitude: str = "off"
-    magnitude_t: float = 1.0  # initial t in Z_jl = exp(-t ||k_j - k_l||^2 / d_k), learned as log t (stays > 0)
-    magnitude_eps: float = 1e-3  # Tikhonov eps in (Z + eps I) mu = 1; > 0 bounds cond and gradients (duplicates)
-    magnitude_kernel: str = "gaussian"  # "gaussian" (seed 000) or "laplacian": exp(-t ||k_j - k_l||)
-    magnitude_solver: str = "cholesky"  # exact; "cg": conjugate gradient truncated at magnitude_cg_iters (global only)
-    magnitude_cg_iters: int = 5  # seed 000: "3-5 iterations"
-    magnitude_gate: str = "clamp"  # "clamp": sigmoid(beta clamp(mu,0,1) + gamma); "seed": sigmoid(beta mu + gamma); "linear": clamp(beta mu + gamma, 0, 1)
-    magnitude_beta: float = 1.0  # initial beta (learnable)
-    magnitude_gamma: float = 0.0  # initial gamma (learnable)
-    allow_future_leak: bool = False  # permit magnitude="global" with causal=True (reproduces seed 000 as written; leaks)
-    # Q/K/V projections (seed 001's six steps; attnlab.nn.projections). "projected": x W (GPT-2); "identity": x itself,
-    # no parameters (head h reads the slice x_h); "identity_init": x W with W = I at init, trained; "residual": x W + x
+    """Magnitude gate on the values, Attn(Q, K, g o V) (seed 000): `"off"`; `"global"`: mu = (Z + eps I)^-1 1 over all keys (bidirectional; in a causal model it leaks the future); `"causal"`: per key, the weight of key j inside its own prefix 1..j (exact, keeps SDPA); `"prefix"`: per (i, j), the weight of key j inside query i's prefix 1..i (exact, explicit path)."""
+    magnitude_t: float = 1.0
+    """Initial t in Z_jl = exp(-t ||k_j - k_l||^2 / d_k), learned as log t (so t stays > 0)."""
+    magnitude_eps: float = 1e-3
+    """Tikhonov eps in (Z + eps I) mu = 1; eps > 0 bounds the condition number and the gradients on duplicate keys."""
+    magnitude_kernel: str = "gaussian"
+    """`"gaussian"` (seed 000) or `"laplacian"`: exp(-t ||k_j - k_l||), the classical metric-space magnitude."""
+    magnitude_solver: str = "cholesky"
+    """`"cholesky"` (exact) or `"cg"`: conjugate gradient truncated at `magnitude_cg_iters` (global form only)."""
+    magnitude_cg_iters: int = 5
+    """CG iterations when `magnitude_solver="cg"` (seed 000: "3-5 iterations")."""
+    magnitude_gate: str = "clamp"
+    """`"clamp"`: sigmoid(beta clamp(mu, 0, 1) + gamma); `"seed"`: sigmoid(beta mu + gamma), as seed 000 writes it; `"linear"`: clamp(beta mu + gamma, 0, 1)."""
+    magnitude_beta: float = 1.0
+    """Initial beta of the gate (learned)."""
+    magnitude_gamma: float = 0.0
+    """Initial gamma of the gate (learned)."""
+    allow_future_leak: bool = False
+    """Permit `magnitude="global"` with `causal=True`: reproduces seed 000 as written, and leaks the future."""
     q_mode: str = "projected"
+    """How Q is made (seed 001's steps): `"projected"`: x W (GPT-2); `"identity"`: x itself, no parameters (head h reads the slice x_h); `"identity_init"`: x W with W = I at init, then trained; `"residual"`: x W + x."""
     k_mode: str = "projected"
+    """How K is made, as `q_mode`; modes other than `"projected"` need n_kv_head = n_head."""
     v_mode: str = "projected"
-    out_proj: bool = True  # False: the concatenated heads go straight to the residual (seed 001 steps 1-2: no weights)
-    qk_norm: str = "off"  # "fixed" / "learned": logits g cos(q, k) / T, q and k L2-normalised (Henry et al. 2020)
-    qk_norm_scale: float | None = None  # g (the initial g when "learned"); None: sqrt(head_dim)
-    rank: int | None = None  # every learned Q/K/V W as B A of inner rank r (low rank; seed 001)
-    rank_fraction: float | None = None  # r = round(f * min(in, out)) per projection, in (0, 1); or set rank
-    kv_latent: int | None = None  # MLA (DeepSeek-V2): K, V = c W_uk, c W_uv from c = RMSNorm(x W_dkv) of width d_c
-    kv_latent_fraction: float | None = None  # d_c = round(f * n_embd), in (0, 1]; or set kv_latent
+    """How V is made, as `q_mode`; modes other than `"projected"` need n_kv_head = n_head."""
+    out_proj: bool = True
+    """The output projection W_o; `False`: the concatenated heads go straight to the residual (seed 001 steps 1-2 have no weights at all)."""
+    qk_norm: str = "off"
+    """`"fixed"` or `"learned"`: logits g cos(q, k)/T with q and k L2-normalised per head (Henry et al. 2020); g fixed, or one learned scalar per layer."""
+    qk_norm_scale: float | None = None
+    """g, or its initial value when learned; `None`: sqrt(head_dim), the logit q.k/sqrt(d) of unit-variance q, k at cos = 1."""
+    rank: int | None = None
+    """Every learned Q/K/V W as B A of inner rank r >= 1 (low rank; seed 001); B A starts with the dense std 0.02."""
+    rank_fraction: float | None = None
+    """The inner rank as a fraction f in (0, 1): r = round(f min(in, out)) per projection; or set `rank`."""
+    kv_latent: int | None = None
+    """MLA (DeepSeek-V2): K = c W_uk, V = c W_uv from one cached latent c = RMSNorm(x W_dkv) of width d_c >= 1, so the cache holds d_c floats per token instead of 2 n_kv_head head_dim."""
+    kv_latent_fraction: float | None = None
+    """The latent width as a fraction f in (0, 1] of n_embd: d_c = round(f n_embd); or set `kv_latent`."""
 
     def __post_init__(self):
         for name in ("n_head", "n_kv_head"):
