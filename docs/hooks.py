@@ -18,5 +18,6 @@ def on_files(files, config):
     for png in sorted((ROOT / "results").glob("**/*.png")):
         uri = png.relative_to(ROOT).as_posix()
         if files.get_file_from_path(uri) is None:
-            files.append(File.generated(config, uri, abs_src_path=str(png)))
+            files.append(File(uri, src_dir=str(ROOT), dest_dir=config["site_dir"],
+                              use_directory_urls=config["use_directory_urls"]))
     return files

@@ -154,6 +154,21 @@ def test_images_exist():
             assert path.is_file(), f"{page}: {target}"
 
 
+def test_docs_hook_publishes_the_plots():
+    """docs/hooks.py adds every results/**/*.png to the site under its own path (needs the docs extra)."""
+    pytest.importorskip("mkdocs")
+    from mkdocs.config import load_config
+    from mkdocs.structure.files import Files
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    files = hooks.on_files(Files([]), load_config(str(ROOT / "mkdocs.yml")))
+    pngs = {p.relative_to(ROOT).as_posix() for p in (ROOT / "results").glob("**/*.png")}
+    assert pngs and {f.src_uri for f in files} == pngs
+    assert all(Path(f.abs_src_path) == ROOT / f.src_uri for f in files)
+
+
 # ------------------------------------------------------------------------------------------------ site structure
 
 
