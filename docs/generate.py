@@ -7,8 +7,7 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
 
 - ``VARIANTS``: the variant registry (:func:`attnlab.variants`), name, description and source of each variant;
 - ``SWITCHES:<Class>``: every field of a config dataclass (AttentionConfig, GPTConfig, TrainConfig, DataConfig)
-  with its type, default and documentation, read from the dataclass and its source (the field's docstring, or
-  else its comment);
+  with its type, default and documentation, read from the dataclass and its source (the field's docstring);
 - ``RESULTS:<dir>``: the tables ``attnlab report`` computes from the raw run logs in ``results/<dir>/``.
 
 Blocks with other names (the hand-written ``MAGNITUDE-TEXT`` and the like) are left alone. tests/test_docs.py
@@ -21,10 +20,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
-import io
 import re
 import sys
-import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,53 +93,22 @@ def config_classes() -> dict:
     return {c.__name__: c for c in (AttentionConfig, GPTConfig, TrainConfig, DataConfig)}
 
 
-def _comments(source: str) -> dict[int, tuple[bool, str]]:
-    """{line number: (the comment stands alone on its line, its text without '#')} for every comment."""
-    out = {}
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            alone = not tok.line[: tok.start[1]].strip()
-            out[tok.start[0]] = (alone, tok.string.lstrip("#").strip())
-    return out
-
-
 def field_docs(cls) -> dict[str, str]:
-    """{field name: its documentation} read from the class's source.
+    """{field name: its attribute docstring (the string on the line after the field)}, read from the class's source.
 
-    A field's documentation is its attribute docstring (a string on the line after it); else its trailing
-    ``# comment``; else the block of comment lines right above it, which then also documents the fields after it
-    that have none of their own (those read "as `first`")."""
-    path = inspect.getsourcefile(cls)
-    source = Path(path).read_text()
-    comments = _comments(source)
-    lines = source.splitlines()
+    Every field must have one: a field without it is a ValueError naming it, so a new switch cannot reach the
+    tables undocumented."""
+    source = Path(inspect.getsourcefile(cls)).read_text()
     node = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
-    docs, shared = {}, None  # shared: (the field a leading comment block documents, the block's text)
-    body = node.body
-    for i, stmt in enumerate(body):
+    docs = {}
+    for stmt, after in zip(node.body, [*node.body[1:], None]):
         if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
             continue
-        name = stmt.target.id
-        after = body[i + 1] if i + 1 < len(body) else None
-        if (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+        if not (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
                 and isinstance(after.value.value, str)):
-            docs[name], shared = inspect.cleandoc(after.value.value), None
-            continue
-        trailing = comments.get(stmt.end_lineno)
-        if trailing and not trailing[0]:
-            docs[name], shared = trailing[1], None
-            continue
-        block, line = [], stmt.lineno - 1
-        while line in comments and comments[line][0]:
-            block.insert(0, comments[line][1])
-            line -= 1
-        if block:
-            shared = (name, " ".join(block))
-            docs[name] = shared[1]
-        elif shared is not None and not lines[stmt.lineno - 2].strip() == "":
-            docs[name] = f"as `{shared[0]}`"
-        else:
-            docs[name], shared = "", None
+            raise ValueError(f"{cls.__name__}.{stmt.target.id} has no docstring (a string on the line after the "
+                             f"field); the switch tables need one")
+        docs[stmt.target.id] = inspect.cleandoc(after.value.value)
     return docs
 
 

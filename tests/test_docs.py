@@ -94,8 +94,8 @@ def test_switch_table_is_the_dataclass(class_name):
         [" ".join(docs[f.name].split()).replace("\\", "") for f in dataclasses.fields(cls)]
 
 
-def test_field_docs_read_docstrings_and_comments(tmp_path, monkeypatch):
-    """The switch tables take a field's docstring, else its trailing comment, else the comment block above it."""
+def test_field_docs_are_the_attribute_docstrings(tmp_path, monkeypatch):
+    """The switch tables take each field's docstring; a field without one stops the generator, naming it."""
     import textwrap
 
     source = textwrap.dedent('''
@@ -105,12 +105,15 @@ def test_field_docs_read_docstrings_and_comments(tmp_path, monkeypatch):
         class Demo:
             a: int = 1
             """The a."""
-            b: str = "x"  # the b
-            # shared by c and d
-            c: int = 2
-            d: int = 3
+            b: str = "x"
+            """The b,
+            on two lines."""
 
-            e: bool = True
+        @dataclass
+        class Bare:
+            a: int = 1
+            """The a."""
+            c: int = 2  # a comment is not a docstring
     ''')
     path = tmp_path / "field_docs_demo.py"  # a real file: field_docs reads the class's source
     path.write_text(source)
@@ -118,8 +121,9 @@ def test_field_docs_read_docstrings_and_comments(tmp_path, monkeypatch):
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "field_docs_demo", module)  # @dataclass and inspect look the module up
     spec.loader.exec_module(module)
-    assert generate.field_docs(module.Demo) == {"a": "The a.", "b": "the b", "c": "shared by c and d",
-                                               "d": "as `c`", "e": ""}
+    assert generate.field_docs(module.Demo) == {"a": "The a.", "b": "The b,\non two lines."}
+    with pytest.raises(ValueError, match="Bare.c has no docstring"):
+        generate.field_docs(module.Bare)
 
 
 def test_results_blocks_are_the_shipped_runs():
