@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from .configio import from_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
 from .functional.attention import BACKENDS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa
+from .functional.magnitude import APPLY as MAGNITUDE_APPLY
 from .functional.magnitude import FORMS as _MAGNITUDE_FORMS
 from .functional.magnitude import GATES as MAGNITUDE_GATES
 from .functional.magnitude import KERNELS as MAGNITUDE_KERNELS
@@ -71,6 +72,8 @@ class AttentionConfig:
     """Initial beta of the gate (learned)."""
     magnitude_gamma: float = 0.0
     """Initial gamma of the gate (learned)."""
+    magnitude_apply: str = "values"
+    """Where the magnitude weights act: `"values"`: the gate on the values (seed 000); `"logits"`: a prior inside the softmax, p_ij ~ max(w, floor)_ij exp(z_ij), i.e. logits z_ij + log max(w_ij, floor), floor = `PRIOR_FLOOR` = 1e-4 (the control for seed 000's argument against shifting scores; no gate, so magnitude_gate, beta and gamma are unused). Every form; keeps SDPA (a float mask)."""
     allow_future_leak: bool = False
     """Permit `magnitude="global"` with `causal=True`: reproduces seed 000 as written, and leaks the future."""
     q_mode: str = "projected"
@@ -117,7 +120,7 @@ class AttentionConfig:
         self._check_magnitude()
         self._check_projections()
         if self.backend == "sdpa" and not self.sdpa_compatible:
-            extra = ", magnitude='prefix' (a per-(i, j) gate)" if self.magnitude == "prefix" else ""
+            extra = ", magnitude='prefix' (a per-(i, j) gate)" if self.magnitude == "prefix" else ""  # on the values
             raise ConfigError(
                 f"attention.backend='sdpa' cannot compute normalizer={self.normalizer!r}, "
                 f"mask_form={self.mask_form!r}{extra}; use backend='auto' or 'explicit'"
@@ -139,6 +142,13 @@ class AttentionConfig:
         check_choice("attention.magnitude_gate", self.magnitude_gate, MAGNITUDE_GATES)
         check_number("attention.magnitude_beta", self.magnitude_beta)
         check_number("attention.magnitude_gamma", self.magnitude_gamma)
+        check_choice("attention.magnitude_apply", self.magnitude_apply, MAGNITUDE_APPLY)
+        if self.magnitude_apply == "logits" and self.magnitude == "off":
+            raise ConfigError("attention.magnitude_apply='logits' needs the magnitude weights: set magnitude to "
+                              "'global', 'causal' or 'prefix', or magnitude_apply='values'")
+        if self.magnitude_apply == "logits" and self.normalizer != "softmax":
+            raise ConfigError(f"attention.magnitude_apply='logits' adds a prior inside the softmax, but "
+                              f"normalizer={self.normalizer!r}; use normalizer='softmax' or magnitude_apply='values'")
         if not isinstance(self.allow_future_leak, bool):
             raise ConfigError(f"attention.allow_future_leak={self.allow_future_leak!r} must be true or false")
         if self.magnitude == "global" and self.causal and not self.allow_future_leak:
@@ -220,10 +230,11 @@ class AttentionConfig:
         """True when the math reduces to softmax(q.k' * s + mask) v, which PyTorch's SDPA computes.
 
         A per-key magnitude gate ("global", "causal") multiplies v and keeps this; the per-(i, j) "prefix" gate
-        multiplies each weight p_ij and does not.
+        multiplies each weight p_ij and does not. As a logit prior (magnitude_apply="logits") every form is part of
+        the float mask and keeps it.
         """
         return uses_sdpa(normalizer=self.normalizer, causal=self.causal, mask_form=self.mask_form,
-                         value_gate=self.magnitude == "prefix")
+                         value_gate=self.magnitude == "prefix" and self.magnitude_apply == "values")
 
     def replace(self, **changes) -> "AttentionConfig":
         return dataclasses.replace(self, **changes)
@@ -233,4 +244,5 @@ class AttentionConfig:
         return from_dict(cls, data, where="attention")
 
 
-__all__ = ["AttentionConfig", "LEARNED_MODES", "MAGNITUDE_FORMS", "PROJECTION_MODES", "QK_NORMS"]
+__all__ = ["AttentionConfig", "LEARNED_MODES", "MAGNITUDE_APPLY", "MAGNITUDE_FORMS", "PROJECTION_MODES",
+           "QK_NORMS"]

@@ -5,7 +5,9 @@
 with z from a kernel (attnlab.functional.scores), causal masking in either form of seed 002
 (attnlab.functional.masks), and grouped K/V heads (MHA / GQA / MQA, seed 003). Whenever the options reduce
 to softmax(q k' s + mask) v, the call goes to torch's fused scaled_dot_product_attention (SDPA); the
-explicit path computes the same formula step by step and can return the weights.
+explicit path computes the same formula step by step and can return the weights. An additive logit prior
+(seed 000's magnitude weights as a prior, p_ij proportional to w_ij exp(z_ij)) is one more float mask, so it keeps
+SDPA (the causal -inf folded into the same mask).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .masks import causal_keep, mask_renormalize_softmax
+from .masks import additive_causal_mask, causal_keep, mask_renormalize_softmax
 from .scores import default_scale, dot_logits, rbf_augment, rbf_logits
 
 KERNELS = ("dot", "rbf")  # attnlab.functional.scores: dot_logits, rbf_logits
@@ -34,6 +36,7 @@ def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", retur
 
     The one predicate for "these options reduce to softmax(q k' s + mask) v": AttentionConfig.sdpa_compatible
     asks it too (a per-(i, j) value gate, the prefix magnitude form, does not reduce; a per-key gate on v does).
+    A logit prior, per key or per (i, j), is an additive float mask and never changes the answer.
     """
     reducible = (normalizer == "softmax" and not (causal and mask_form == "renormalize") and not return_weights
                  and not value_gate)
@@ -60,6 +63,7 @@ def attention(
     return_weights: bool = False,
     backend: str = "auto",
     value_gate: torch.Tensor | None = None,
+    logit_prior: torch.Tensor | None = None,
 ):
     """Attention over q [B, H, T, d], k [B, Hkv, S, d], v [B, Hkv, S, dv]; H must be a multiple of Hkv.
 
@@ -70,6 +74,10 @@ def attention(
     dropout_p: dropout on the weights (pass 0 at evaluation).
     value_gate: optional [B, H or Hkv, T, S] gate g_ij on value j as seen by query i: o_i = sum_j p_ij g_ij v_j
         (seed 000's per-(i, j) prefix magnitude gate); explicit path only. The returned weights are p, ungated.
+    logit_prior: optional additive prior on the logits, per key [B, H or Hkv, S] or per (i, j) [B, H or Hkv, T, S]:
+        p_i = softmax(z_i + prior_i), i.e. p_ij proportional to exp(prior_ij) exp(z_ij) (seed 000's magnitude
+        weights as a prior, prior = log max(w, floor); attnlab.functional.magnitude.log_prior). Softmax only; on
+        SDPA it is the float attn_mask, with the causal -inf folded in (gradients flow into it).
     Returns the output [B, H, T, dv], or (output, weights [B, H, T, S]) when return_weights.
     """
     b, h, t, d = q.shape
@@ -82,6 +90,15 @@ def attention(
 
     if value_gate is not None and (value_gate.shape[-2:] != (t, s) or h % value_gate.shape[1]):
         raise ValueError(f"value_gate must have shape [B, H or Hkv, {t}, {s}], got {tuple(value_gate.shape)}")
+    if logit_prior is not None:
+        if normalizer != "softmax":
+            raise ValueError(f"logit_prior needs normalizer='softmax', got {normalizer!r} (no softmax to shift)")
+        if logit_prior.shape[-1] != s or logit_prior.dim() not in (3, 4) or h % logit_prior.shape[1] or (
+                logit_prior.dim() == 4 and logit_prior.shape[-2] != t):
+            raise ValueError(f"logit_prior must have shape [B, H or Hkv, {s}] or [B, H or Hkv, {t}, {s}], "
+                             f"got {tuple(logit_prior.shape)}")
+        logit_prior = repeat_kv(logit_prior, h // logit_prior.shape[1])  # [B, H, S] or [B, H, T, S]
+        logit_prior = logit_prior.unsqueeze(-2) if logit_prior.dim() == 3 else logit_prior  # [B, H, 1 or T, S]
     if uses_sdpa(normalizer=normalizer, causal=causal, mask_form=mask_form,
                  return_weights=return_weights, backend=backend, value_gate=value_gate is not None):
         dv = v.shape[-1]
@@ -91,13 +108,20 @@ def attention(
         if h != h_kv and not _SDPA_HAS_GQA:
             k, v = repeat_kv(k, h // h_kv), repeat_kv(v, h // h_kv)
         extra = {"enable_gqa": True} if (h != h_kv and _SDPA_HAS_GQA) else {}
+        mask = None
+        if logit_prior is not None:  # softmax(z + prior + (-inf) U): one float mask [B, H, T, S]
+            mask = logit_prior.to(q.dtype)
+            mask = mask + additive_causal_mask(t, q.dtype, q.device) if causal else mask.expand(-1, -1, t, -1)
         out = F.scaled_dot_product_attention(
-            q, k, v, is_causal=causal, dropout_p=dropout_p, scale=scale / temperature, **extra
+            q, k, v, attn_mask=mask, is_causal=causal and mask is None, dropout_p=dropout_p,
+            scale=scale / temperature, **extra
         )
         return out[..., :dv] if out.shape[-1] != dv else out
 
     k, v = repeat_kv(k, h // h_kv), repeat_kv(v, h // h_kv)
     logits = (dot_logits if kernel == "dot" else rbf_logits)(q, k, scale, temperature)  # z_ij
+    if logit_prior is not None:
+        logits = logits + logit_prior  # z_ij + log max(w, floor)_ij: p_ij proportional to w_ij exp(z_ij) (seed 000)
     keep = causal_keep(t, s, device=q.device) if causal else None
     if normalizer == "softmax":
         if causal and mask_form == "renormalize":

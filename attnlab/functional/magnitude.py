@@ -15,6 +15,11 @@ Gates (seed 000, step 3) map a weight to a multiplier of value j: "seed" is sigm
 "clamp" (the default) and "linear" first confine mu to [0, 1] (mu is not sign-definite: down to -1e5 on rank-4
 keys; docs/magnitude.md, numerics).
 
+Where the weights act (APPLY): "values" is seed 000's gate on the values; "logits" is the control that seed 000's
+argument against "methods that just shift attention scores" needs (issue 15, item 3): the weight becomes a prior
+inside the softmax, p_ij proportional to max(w, PRIOR_FLOOR)_j exp(z_ij), i.e. z_ij + log max(w_j, PRIOR_FLOOR)
+(:func:`log_prior`; docs/magnitude.md, "magnitude as a logit prior").
+
 Shapes: points x [..., N, d] (any leading batch dims) -> Z [..., N, N], mu / w [..., N], M [..., N, N].
 The front-ends (:func:`magnitude_weights`, :func:`magnitude`, :func:`prefix_magnitude`, ...) also take numpy
 arrays and then return numpy arrays. This module is the reference math, written as the formulas read; the gates
@@ -37,6 +42,10 @@ KERNELS = ("gaussian", "laplacian")
 SOLVERS = ("cholesky", "cg")
 GATES = ("clamp", "seed", "linear")  # default first
 FORMS = ("global", "causal", "prefix")  # which key set each weight is taken in (see gaussian_key_weights)
+APPLY = ("values", "logits")  # where the weights act: a gate on the values (default), or a prior in the softmax
+PRIOR_FLOOR = 1e-4  # log_prior clamps w here: below 1/N for every context attnlab trains (N <= 1024), so exact
+#   clusters of up to 10^4 clones still count as one key; a key with w <= floor (magnitude weights can be 0 or
+#   negative) keeps a finite prior log(1e-4) = -9.2 against 0 for an isolated key (no -inf, no empty row)
 MAX_JITTER_TRIES = 8
 
 
@@ -275,6 +284,17 @@ def gate(w: torch.Tensor, beta, gamma, form: str = "clamp") -> torch.Tensor:
     raise ValueError(f"gate={form!r} is not allowed; choose one of: {', '.join(map(repr, GATES))}")
 
 
+def log_prior(w: torch.Tensor, floor: float = PRIOR_FLOOR) -> torch.Tensor:
+    """log max(w, floor), elementwise: the additive logit prior of a magnitude weight w (mu_j, w_j or M_ij).
+
+    Added to the logits, softmax(z_ij + log max(w_j, floor)) gives p_ij proportional to max(w_j, floor) exp(z_ij):
+    the weights shift attention scores instead of gating the values (the control for seed 000's argument). m exact
+    clones with the prefix weights 1/(m + eps) then count as one key together; with the causal form's 1, 1/2, ...,
+    1/m as a harmonic number H_m ~ ln m of keys. Gradient 0 below the floor (the clamp).
+    """
+    return torch.log(w.clamp_min(floor))
+
+
 # -------------------------------------------------------------------------------------------------- front-ends
 
 
@@ -368,9 +388,9 @@ def prefix_weight_matrix(x, t=1.0, *, eps: float = 0.0, kernel: str = "gaussian"
 
 
 __all__ = [
-    "FORMS", "GATES", "KERNELS", "SOLVERS", "SolveInfo",
+    "APPLY", "FORMS", "GATES", "KERNELS", "PRIOR_FLOOR", "SOLVERS", "SolveInfo",
     "similarity", "pairwise_distances", "tikhonov", "cholesky_jitter", "cg_solve", "relative_residual",
     "solve_weights", "prefix_factor", "prefix_magnitude_from_factor", "own_prefix_weights_from_factor",
-    "prefix_weight_matrix_from_factor", "gate",
+    "prefix_weight_matrix_from_factor", "gate", "log_prior",
     "magnitude_weights", "magnitude", "prefix_magnitude", "prefix_weights", "prefix_weight_matrix",
 ]

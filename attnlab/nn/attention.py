@@ -19,7 +19,9 @@ class Attention(nn.Module):
         q = x W_q,  k = x W_k,  v = x W_v       (n_kv_head K/V heads shared by n_head / n_kv_head queries each)
         y = concat_h(attention(q_h, k_g(h), v_g(h))) W_o
     With config.magnitude != "off", a MagnitudeGate of the (pre-RoPE) keys gates the values (seed 000):
-    v_j <- g_j v_j ("global", "causal"; the SDPA path stays), or p_ij <- p_ij g_ij ("prefix"; explicit path).
+    v_j <- g_j v_j ("global", "causal"; the SDPA path stays), or p_ij <- p_ij g_ij ("prefix"; explicit path);
+    with magnitude_apply="logits" the weights are a prior inside the softmax instead, z_ij + log max(w_ij, floor)
+    (every form; SDPA with a float mask).
     Q/K/V may be x itself, identity-initialised or residual (seed 001; attnlab.nn.projections), low rank, or K, V
     rebuilt from one latent per token (MLA: attribute kv_latent instead of k_proj, v_proj); out_proj=False drops W_o.
     qk_norm != "off": logits g cos(q_h, k_h) / T (Henry et al. 2020), g a float or the parameter qk_gain.
@@ -73,10 +75,12 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, rope: nn.Module | None = None, return_weights: bool = False):
         cfg = self.config
         q, k, v = self.project(x)
-        value_gate = None
+        value_gate = logit_prior = None
         if self.magnitude is not None:  # keys before RoPE: clones of a token stay clones at every position
             g = self.magnitude(k).to(v.dtype)  # [B, Hkv, S] or, for "prefix", [B, Hkv, T, S]
-            if cfg.magnitude == "prefix":
+            if cfg.magnitude_apply == "logits":
+                logit_prior = g  # log max(w, floor): softmax(z + prior), p_ij ~ w_ij exp(z_ij)
+            elif cfg.magnitude == "prefix":
                 value_gate = g  # o_i = sum_j p_ij g_ij v_j
             else:
                 v = v * g.unsqueeze(-1)  # Attn(Q, K, Gate o V)   (seed 000, step 3)
@@ -91,7 +95,7 @@ class Attention(nn.Module):
             causal=cfg.causal, scale=scale, temperature=cfg.temperature, kernel=cfg.kernel,
             normalizer=cfg.normalizer, mask_form=cfg.mask_form, backend=cfg.backend,
             dropout_p=self.attn_dropout if self.training else 0.0, return_weights=return_weights,
-            value_gate=value_gate,
+            value_gate=value_gate, logit_prior=logit_prior,
         )
         out, weights = out if return_weights else (out, None)
         y = self.resid_dropout(self.out_proj(out.transpose(1, 2).flatten(-2)))

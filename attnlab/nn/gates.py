@@ -1,4 +1,6 @@
-"""The magnitude gate of seed 000 as a module: it holds t, beta, gamma; the math is attnlab.functional.magnitude."""
+"""The magnitude gate of seed 000 as a module: it holds t, beta, gamma; the math is attnlab.functional.magnitude.
+
+With apply_to="logits" the same module returns a logit prior instead of a gate (and holds t only)."""
 
 from __future__ import annotations
 
@@ -20,17 +22,21 @@ class MagnitudeGate(nn.Module):
         "causal": g_j  = gate(y_j / L_jj)        key j's weight inside its own prefix {1..j}   (exact, causal)
         "prefix": g_ij = gate(M_ij)              key j's weight inside query i's prefix {1..i}  (exact, causal)
         gate(w)  = sigmoid(beta clamp(w, 0, 1) + gamma) | sigmoid(beta w + gamma) | clamp(beta w + gamma, 0, 1)
+    apply_to="logits" (the control for seed 000's argument, issue 15 item 3): the output is the logit prior
+    log max(w, PRIOR_FLOOR) of the same shape instead of gate(w), for softmax(z + prior); there is no gate, so the
+    module has no beta and no gamma (the attributes are None) and the gate settings are not used.
 
     After each forward, ``last_stats`` holds floats a trainer can log per layer: t, magnitude_over_n (|X|/N of the
     whole key set, mean over batch and heads), residual (largest relative residual of the solve; CG's truncation
     error), mu_min / mu_max (over the weights the gate reads), jitter (largest Cholesky jitter; 0 normally),
-    gate_mean. Set ``record_stats = False`` to skip them (each costs a device sync, and the residual one more product
+    gate_mean (apply_to="logits": prior_floored, the fraction of the weights read that sit at the floor instead).
+    Set ``record_stats = False`` to skip them (each costs a device sync, and the residual one more product
     with Z); the trainer does so on the steps it does not log (:func:`record_magnitude_stats`, :func:`magnitude_log`).
     """
 
     def __init__(self, form: str = "causal", *, t: float = 1.0, eps: float = 1e-3, kernel: str = "gaussian",
                  solver: str = "cholesky", cg_iters: int = 5, gate: str = "clamp", beta: float = 1.0,
-                 gamma: float = 0.0, record_stats: bool = True):
+                 gamma: float = 0.0, apply_to: str = "values", record_stats: bool = True):
         super().__init__()
         if form not in FORMS:
             raise ValueError(f"form={form!r} is not allowed; choose one of: {', '.join(map(repr, FORMS))}")
@@ -38,13 +44,19 @@ class MagnitudeGate(nn.Module):
             raise ValueError(f"form={form!r} needs solver='cholesky' (CG is not causal)")
         if gate not in M.GATES:
             raise ValueError(f"gate={gate!r} is not allowed; choose one of: {', '.join(map(repr, M.GATES))}")
+        if apply_to not in M.APPLY:
+            raise ValueError(f"apply_to={apply_to!r} is not allowed; choose one of: {', '.join(map(repr, M.APPLY))}")
         if not t > 0:
             raise ValueError(f"t={t!r} must be > 0")
         self.form, self.eps, self.kernel, self.solver = form, float(eps), kernel, solver
-        self.cg_iters, self.gate_form, self.record_stats = cg_iters, gate, record_stats
+        self.cg_iters, self.gate_form, self.apply_to, self.record_stats = cg_iters, gate, apply_to, record_stats
         self.log_t = nn.Parameter(torch.tensor(math.log(t)))  # t = exp(log t) > 0
-        self.beta = nn.Parameter(torch.tensor(float(beta)))
-        self.gamma = nn.Parameter(torch.tensor(float(gamma)))
+        if apply_to == "values":
+            self.beta = nn.Parameter(torch.tensor(float(beta)))
+            self.gamma = nn.Parameter(torch.tensor(float(gamma)))
+        else:  # a logit prior has no gate: no parameters that would never receive a gradient
+            self.register_parameter("beta", None)
+            self.register_parameter("gamma", None)
         self.last_stats: dict[str, float] = {}
 
     @classmethod
@@ -52,7 +64,7 @@ class MagnitudeGate(nn.Module):
         """The gate an AttentionConfig with magnitude != "off" asks for."""
         return cls(cfg.magnitude, t=cfg.magnitude_t, eps=cfg.magnitude_eps, kernel=cfg.magnitude_kernel,
                    solver=cfg.magnitude_solver, cg_iters=cfg.magnitude_cg_iters, gate=cfg.magnitude_gate,
-                   beta=cfg.magnitude_beta, gamma=cfg.magnitude_gamma)
+                   beta=cfg.magnitude_beta, gamma=cfg.magnitude_gamma, apply_to=cfg.magnitude_apply)
 
     @property
     def t(self) -> torch.Tensor:
@@ -83,7 +95,10 @@ class MagnitudeGate(nn.Module):
     def forward(self, k: torch.Tensor) -> torch.Tensor:
         with torch.autocast(k.device.type, enabled=False):  # no bfloat16 solves under mixed precision
             w, mag, info = self.weights(k, with_residual=self.record_stats)
-            g = M.gate(w, self.beta.to(w.dtype), self.gamma.to(w.dtype), self.gate_form)
+            if self.apply_to == "logits":
+                g = M.log_prior(w)  # log max(w, PRIOR_FLOOR): added to the logits, p_ij ~ w_ij exp(z_ij)
+            else:
+                g = M.gate(w, self.beta.to(w.dtype), self.gamma.to(w.dtype), self.gate_form)
         if self.record_stats:
             self._record(w, mag, info, g, k.shape[-2])
         return g
@@ -96,8 +111,11 @@ class MagnitudeGate(nn.Module):
         self.last_stats = {
             "t": float(self.t), "magnitude_over_n": float(mag.mean()) / n, "residual": float(info.residual.max()),
             "mu_min": float(w.min()), "mu_max": float(w.max()), "jitter": float(info.jitter.max()),
-            "gate_mean": float(g.mean()),
         }
+        if self.apply_to == "logits":
+            self.last_stats["prior_floored"] = float((w <= M.PRIOR_FLOOR).float().mean())
+        else:
+            self.last_stats["gate_mean"] = float(g.mean())
 
 
 def magnitude_stats(model: nn.Module) -> dict[str, float]:
