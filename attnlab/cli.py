@@ -127,6 +127,18 @@ def cmd_variants(args) -> int:
     return 0
 
 
+def cmd_tasks(args) -> int:
+    from .tasks import get_task, task_names
+
+    width = max(len(name) for name in task_names())
+    for name in task_names():
+        task = get_task(name)
+        print(f"{name:<{width}}  {task.summary}  [defaults: seq_len {task.seq_len}, vocab {task.vocab_size}, "
+              f"chance {task.chance_accuracy():.2%}]")
+    print("train one: attnlab train --preset tiny data.source=task:<name> data.task.<param>=VALUE")
+    return 0
+
+
 def cmd_magnitude_demo(args) -> int:
     from .experiments.magnitude_demo import main as demo
 
@@ -195,6 +207,28 @@ def cmd_cluster_colors(args) -> int:
     print(format_table(result))
     save_color_outputs(result, args.out)
     print(f"palette.png, recolored.png, recolored_kmeans.png, results.json written to {args.out}")
+    return 0
+
+
+def cmd_mass(args) -> int:
+    from .analysis.task_mass import attention_mass, format_mass
+    from .configio import apply_overrides
+    from .data.task_source import TaskDataset, task_name
+    from .errors import ConfigError
+    from .train import load_run
+
+    model, _, cfg = load_run(args.run_dir)
+    name = task_name(cfg.data.source)
+    if name is None:
+        raise ConfigError(f"{args.run_dir} was trained on data.source={cfg.data.source!r}, not on a task; attention "
+                          f"mass is measured on a task run (data.source=task:hijack)")
+    data = apply_overrides(cfg.data, [f"task.{item}" for item in args.params])  # each parameter checked by the task
+    task = TaskDataset.build(name, data.task).task
+    if task.seq_len != cfg.model.block_size:
+        raise ConfigError(f"these parameters give sequences of {task.seq_len} tokens; the model was trained on "
+                          f"{cfg.model.block_size}")
+    print(f"{args.run_dir}: task {name} {dict(data.task)}, {args.n} sequences (seed {args.seed})")
+    print(format_mass(attention_mass(model, task, n=args.n, seed=args.seed)), end="")
     return 0
 
 
@@ -286,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("variants", help="list the registered attention variants")
     p.set_defaults(func=cmd_variants)
 
+    p = sub.add_parser("tasks", help="list the synthetic capability tasks (data.source=task:<name>)")
+    p.set_defaults(func=cmd_tasks)
+
     p = sub.add_parser("magnitude-demo", help="seed 000's numbers: hijacking, cluster collapse, effective size")
     p.set_defaults(func=cmd_magnitude_demo)
 
@@ -325,6 +362,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-fraction", type=float, default=0.005, help="drop clusters below this share of the sample")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_cluster_colors)
+
+    p = sub.add_parser("mass", help="seed 000: attention mass on the unique key and the redundant cluster (task runs)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run trained on a task that marks key roles (hijack)")
+    p.add_argument("params", nargs="*", metavar="PARAM=VALUE",
+                   help="task parameters to change for the measurement, e.g. m=16 (as data.task.m=16)")
+    p.add_argument("--n", type=int, default=256, help="sequences to measure on (default 256)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the measured sequences (default 0)")
+    p.set_defaults(func=cmd_mass)
 
     p = sub.add_parser("rank", help="seed 001: singular spectra, pseudo-rank, participation ratio of attention weights")
     p.add_argument("path", metavar="CHECKPOINT_OR_HF_DIR", help="a run directory or a Hugging Face GPT-2 directory")

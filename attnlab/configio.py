@@ -132,6 +132,14 @@ def _admits_none(tp) -> bool:
     return tp is typing.Any or type(None) in _members(tp)
 
 
+def _table_member(tp):
+    """The dict/Mapping member of annotation ``tp`` (a free-form table), or None."""
+    for m in _members(tp):
+        if (typing.get_origin(m) or m) in (dict, Mapping):
+            return m
+    return None
+
+
 def _dataclass_member(tp):
     for m in _members(tp):
         if dataclasses.is_dataclass(m) and isinstance(m, type):
@@ -335,7 +343,13 @@ def _assign(tree: dict, cls, parts: list[str], raw: str, where: str) -> None:
     if len(parts) == 1:
         tree[key] = _parse_value(raw, tp)
         return
-    sub = _dataclass_member(tp)
+    sub, table = _dataclass_member(tp), _table_member(tp)
+    if sub is None and table is not None and len(parts) == 2:  # a key of a free-form table, e.g. data.task.m=4
+        args = typing.get_args(table)
+        current = tree.get(key)
+        tree[key] = {**(current if isinstance(current, Mapping) else {}),
+                     parts[1]: _parse_value(raw, args[1] if len(args) == 2 else typing.Any)}
+        return
     if sub is None:
         raise ConfigError(
             f"{path} is {_describe(tp)} and has no sub-key {parts[1]!r}; set it as {path}=VALUE"

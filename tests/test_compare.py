@@ -100,7 +100,7 @@ def tiny() -> RunConfig:
 
 
 def plant_run(path: Path, cfg: RunConfig, status: str, final: float, *, tokens_per_s=1000.0, n_params=5000,
-              curve=None, checkpoint=False, summary=True) -> None:
+              curve=None, checkpoint=False, summary=True, accuracy=None) -> None:
     """A run directory as the trainer writes it: config.toml, metrics.jsonl, summary.json, checkpoint/."""
     path.mkdir(parents=True, exist_ok=True)
     save_toml(cfg, path / "config.toml")
@@ -122,6 +122,7 @@ def plant_run(path: Path, cfg: RunConfig, status: str, final: float, *, tokens_p
             "best_val_loss": min(curve.values()), "tokens_seen": max(curve) * 256, "wall_time_s": 1.0,
             "n_params": n_params, "tokens_per_s": tokens_per_s, "mfu": None,
             "variant": cfg.variant_name, "seed": cfg.train.seed,
+            **({"final_val_accuracy": accuracy} if accuracy is not None else {}),
         }))
 
 
@@ -169,6 +170,40 @@ def table_rows(report: Path) -> dict[str, list[str]]:
 
 
 # ---------------------------------------------------------------------------------------------------- the report
+
+
+def test_report_gives_accuracy_as_it_gives_loss(tmp_path):
+    """Runs that logged final_val_accuracy (a task's answer accuracy) get a table of mean ± std in % and a Welch
+    test against the baseline, checked against statistics and scipy; runs without it (older runs) get none."""
+    base = tiny()
+    variants, seeds = ["standard", "mqa"], [0, 1, 2]
+    check_or_write_spec(tmp_path, spec_dict(base, variants, seeds))
+    accs = {"standard": [0.99, 0.97, 1.0], "mqa": [0.5, 0.62, 0.41]}
+    for v in variants:
+        for i, seed in enumerate(seeds):
+            cfg = base.replace(model=base.model.replace(attention=v), train=base.train.replace(seed=seed))
+            plant_run(run_dir(tmp_path, v, seed), cfg, "finished", 2.0 + i / 10, accuracy=accs[v][i])
+    text = write_report(tmp_path).read_text()
+    section = text[text.index("## Final validation accuracy"):]
+    table = section[section.index("| variant"):].split("\n\n")[0].splitlines()[2:]
+    rows = {c[0]: c[1:] for c in ([x.strip() for x in line.strip("|").split("|")] for line in table)}
+    a, b = accs["standard"], accs["mqa"]
+    t, df = welch_by_hand(b, a)
+    p = scipy.stats.ttest_ind(b, a, equal_var=False).pvalue
+    assert rows["standard"] == ["3", f"{100 * statistics.mean(a):.2f} ± {100 * statistics.stdev(a):.2f}",
+                                "(baseline)", "—", "—", "—"]
+    assert rows["mqa"] == ["3", f"{100 * statistics.mean(b):.2f} ± {100 * statistics.stdev(b):.2f}",
+                           f"{100 * (statistics.mean(b) - statistics.mean(a)):+.2f}", f"{t:.2f}", f"{df:.1f}", f"{p:.3g}"]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["variants"][1]["accuracy_welch_vs_baseline"]["p"] == pytest.approx(p)
+
+    older = tmp_path / "older"
+    check_or_write_spec(older, spec_dict(base, variants, seeds))
+    for v in variants:
+        for seed in seeds:
+            cfg = base.replace(model=base.model.replace(attention=v), train=base.train.replace(seed=seed))
+            plant_run(run_dir(older, v, seed), cfg, "finished", 2.0)
+    assert "accuracy" not in write_report(older).read_text()
 
 
 def test_report_from_planted_runs(tmp_path):

@@ -87,7 +87,8 @@ def test_switch_table_is_the_dataclass(class_name):
     for row, f in zip(rows, dataclasses.fields(cls)):
         type_ = f.type if isinstance(f.type, str) else f.type.__name__
         assert row[1].strip("`").replace("\\|", "|") == type_, f.name
-        default = f'"{f.default}"' if isinstance(f.default, str) else repr(f.default)
+        value = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        default = f'"{value}"' if isinstance(value, str) else repr(value)
         assert row[2] == f"`{default}`", f.name
     docs = generate.field_docs(cls)
     assert [_unlink(r[3]).replace("\\", "") for r in rows] == \

@@ -17,7 +17,7 @@ PACKAGE = ROOT / "attnlab"
 # bottom to top: a module may import its own layer (without cycles) and the layers below, never one above
 LAYERS = [
     {"errors", "atomic", "lock", "configio", "rundir"},
-    {"functional"},
+    {"functional", "tasks"},
     {"attention_config", "variants", "config", "hf", "data"},
     {"nn"},
     {"model"},

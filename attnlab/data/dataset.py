@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,7 @@ import torch
 from ..atomic import atomic_path, write_text
 from ..errors import ConfigError, check_choice, check_number, strict_fields
 from .corpus import corpus_documents, join_documents, split_documents
+from .task_source import TaskDataset, task_name
 from .tokenizers import BPE_MIN_VOCAB, TOKENIZERS, BPETokenizer, CharTokenizer, Tokenizer, load_tokenizer
 
 CACHE_VERSION = 1  # bump when the cache format or tokenisation changes
@@ -47,10 +48,19 @@ class DataConfig:
     """The last fraction of every document (play, file) is validation, so every document contributes to both splits."""
     cache_dir: str | None = None
     """Where tokenizers and token memmaps are cached, keyed by a hash of the corpus and settings; `None`: `$ATTNLAB_CACHE` or `~/.cache/attnlab`."""
+    task: dict[str, int | float | str | bool] = field(default_factory=dict)
+    """Parameters of a task source (`source = "task:<name>"`, see `attnlab tasks`), e.g. `data.task.n_pairs=16`; the task checks each one, and unset ones keep the task's defaults."""
 
     def __post_init__(self):
         if not isinstance(self.source, str) or not self.source:
-            raise ConfigError(f"data.source={self.source!r} must be 'shakespeare' or a path to a file or directory")
+            raise ConfigError(f"data.source={self.source!r} must be 'shakespeare', 'task:<name>' (attnlab tasks) or "
+                              f"a path to a file or directory")
+        name = task_name(self.source)
+        if name is not None:
+            TaskDataset.build(name, self.task)  # an unknown task or a bad parameter: its one-line error, now
+        elif self.task:
+            raise ConfigError(f"data.task={self.task!r} sets task parameters, but data.source={self.source!r} is not "
+                              f"a task; use data.source='task:<name>' (see attnlab tasks)")
         check_choice("data.tokenizer", self.tokenizer, TOKENIZERS)
         check_number("data.vocab_size", self.vocab_size, low=1, integer=True)
         if self.tokenizer == "bpe" and self.vocab_size < BPE_MIN_VOCAB:
@@ -162,6 +172,8 @@ class Dataset:
     val: np.ndarray
     corpus_hash: str  # sha256 (hex) of the UTF-8 corpus text
     cache_path: Path | None = None  # the folder holding train.bin / val.bin / meta.json
+    seq_len = None  # windows of any block_size (a task fixes its own: attnlab.data.task_source)
+    prompt = "\n"  # what the sample at the end of a run continues
 
     @property
     def vocab_size(self) -> int:
@@ -220,10 +232,13 @@ def _windows(data: np.ndarray, starts: np.ndarray, block_size: int):
     return chunk[:, :-1], chunk[:, 1:]
 
 
-def prepare(cfg: DataConfig) -> Dataset:
-    """Load, split and tokenise the corpus of ``cfg``, using (and filling) the on-disk cache."""
+def prepare(cfg: DataConfig) -> Dataset | TaskDataset:
+    """Load, split and tokenise the corpus of ``cfg``, using (and filling) the on-disk cache; or, for a task source,
+    the task's sequence generator (nothing is cached: sequences are drawn as they are needed)."""
     if not isinstance(cfg, DataConfig):
         raise TypeError(f"prepare() needs a DataConfig, got {type(cfg).__name__}")
+    if task_name(cfg.source) is not None:
+        return TaskDataset.build(task_name(cfg.source), cfg.task)
     docs = corpus_documents(cfg.source)
     full_text = join_documents(docs)
     corpus_hash = hashlib.sha256(full_text.encode("utf-8")).hexdigest()

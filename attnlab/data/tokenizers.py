@@ -1,4 +1,5 @@
-"""Tokenisers: character-level (:class:`CharTokenizer`) and byte-level BPE (:class:`BPETokenizer`).
+"""Tokenisers: character-level (:class:`CharTokenizer`), byte-level BPE (:class:`BPETokenizer`) and the ids of a
+synthetic task (:class:`TaskTokenizer`).
 
 Both expose ``encode(str) -> list[int]``, ``decode(list[int]) -> str``, ``vocab_size``, ``encode_array(str)`` (a
 fast numpy encoding of a long text), ``save(path)`` and the classmethod ``load(path)``; :func:`load_tokenizer` loads
@@ -138,11 +139,57 @@ class BPETokenizer:
         return f"BPETokenizer(vocab_size={self.vocab_size})"
 
 
-Tokenizer = CharTokenizer | BPETokenizer
+class TaskTokenizer:
+    """The tokens of a synthetic task (attnlab.tasks) are already ids: text is the ids written as decimal numbers
+    separated by spaces ("3 17 4"), so a prompt or a sample of a task run reads as its token sequence."""
+
+    kind = "task"
+
+    def __init__(self, vocab_size: int, task: str):
+        self._vocab_size, self.task = int(vocab_size), task
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        ids = []
+        for word in text.split():
+            if not word.isdigit() or int(word) >= self._vocab_size:
+                raise ValueError(f"{word!r} is not a token of task {self.task!r} (ids 0..{self._vocab_size - 1}, "
+                                 f"separated by spaces)")
+            ids.append(int(word))
+        if not ids:
+            raise ValueError(f"no token ids in {text!r}; a task prompt is ids separated by spaces, e.g. '3 17 4'")
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return " ".join(str(int(i)) for i in ids)
+
+    def to_json(self) -> str:
+        return json.dumps({"type": self.kind, "vocab_size": self._vocab_size, "task": self.task})
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json(), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> TaskTokenizer:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return cls(data["vocab_size"], data["task"])
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TaskTokenizer) and other.to_json() == self.to_json()
+
+    def __repr__(self) -> str:
+        return f"TaskTokenizer(vocab_size={self._vocab_size}, task={self.task!r})"
+
+
+Tokenizer = CharTokenizer | BPETokenizer | TaskTokenizer
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
-    """Load a tokeniser saved by ``save``: a char one (``{"type": "char"}``) or a Hugging Face BPE file."""
+    """Load a tokeniser saved by ``save``: a char or task one (``{"type": "char" | "task"}``) or a Hugging Face BPE
+    file."""
     with open(path, encoding="utf-8") as f:
         kind = json.load(f).get("type")
-    return CharTokenizer.load(path) if kind == CharTokenizer.kind else BPETokenizer.load(path)
+    return {CharTokenizer.kind: CharTokenizer, TaskTokenizer.kind: TaskTokenizer}.get(kind, BPETokenizer).load(path)

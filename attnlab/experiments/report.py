@@ -68,6 +68,12 @@ class RunRecord:
         return float(value) if _finite(value) else None
 
     @property
+    def final_val_accuracy(self) -> float | None:
+        """The summary's final_val_accuracy (answer accuracy on a task, next-token accuracy on text), if finite."""
+        value = self.summary.get("final_val_accuracy")
+        return float(value) if _finite(value) else None
+
+    @property
     def usable(self) -> bool:
         """Counts in the statistics: finished with a finite final validation loss."""
         return self.status == "finished" and self.final_val_loss is not None
@@ -233,14 +239,17 @@ def compute_results(spec: dict, records: list[RunRecord]) -> dict:
     variants = list(spec["variants"])
     by_variant = {v: [r for r in records if r.variant == v] for v in variants}
     losses = {v: [r.final_val_loss for r in rs if r.usable] for v, rs in by_variant.items()}
+    accs = {v: [r.final_val_accuracy for r in rs if r.usable and r.final_val_accuracy is not None]
+            for v, rs in by_variant.items()}
     curves = {v: [r.curve for r in rs if r.usable and r.curve] for v, rs in by_variant.items()}
     baseline = variants[0]
-    base_summary = describe(losses[baseline])
+    base_summary, base_acc = describe(losses[baseline]), describe(accs[baseline])
     rows = []
     for v in variants:
-        rs, summ = by_variant[v], describe(losses[v])
+        rs, summ, acc = by_variant[v], describe(losses[v]), describe(accs[v])
         is_base = v == baseline
         delta = None if is_base or None in (summ.mean, base_summary.mean) else summ.mean - base_summary.mean
+        acc_delta = None if is_base or None in (acc.mean, base_acc.mean) else acc.mean - base_acc.mean
         rows.append({
             "variant": v,
             "baseline": is_base,
@@ -252,6 +261,9 @@ def compute_results(spec: dict, records: list[RunRecord]) -> dict:
             "final_val_loss": summ.to_dict(),
             "delta_vs_baseline": delta,
             "welch_vs_baseline": None if is_base else welch_ttest(losses[v], losses[baseline]).to_dict(),
+            "final_val_accuracy": acc.to_dict(),
+            "accuracy_delta_vs_baseline": acc_delta,
+            "accuracy_welch_vs_baseline": None if is_base else welch_ttest(accs[v], accs[baseline]).to_dict(),
             "tokens_per_s_mean": _mean(r.summary.get("tokens_per_s") for r in rs if r.usable),
             "diagnostics": _diagnostics_summary([r for r in rs if r.usable]),
             "val_curve": {step: st.to_dict() for step, st in _curve_summary(curves[v]).items()},
@@ -268,6 +280,13 @@ def _num(value, fmt: str, na: str = "n/a") -> str:
     return na if value is None else format(value, fmt)
 
 
+def _vs_baseline(is_baseline: bool, delta, welch: dict | None, digits: str = ".4f") -> list[str]:
+    """The cells Δ, Welch t, df, p of a row (the baseline's row says so instead)."""
+    if is_baseline:
+        return ["(baseline)", "—", "—", "—"]
+    return [_num(delta, "+" + digits), _num(welch["t"], ".2f"), _num(welch["df"], ".1f"), _num(welch["p"], ".3g")]
+
+
 def _table(results: dict) -> list[str]:
     base = results["baseline"]
     lines = [
@@ -280,12 +299,7 @@ def _table(results: dict) -> list[str]:
         if row["n_diverged"]:
             finished += f" ({row['n_diverged']} diverged)"
         mean_std = "n/a" if loss["mean"] is None else f"{loss['mean']:.4f} ± {_num(loss['std'], '.4f')}"
-        if row["baseline"]:
-            delta, t, df, p = "(baseline)", "—", "—", "—"
-        else:
-            delta = _num(row["delta_vs_baseline"], "+.4f")
-            t, df, p = _num(w["t"], ".2f"), _num(w["df"], ".1f"), _num(w["p"], ".3g")
-        cells = [row["variant"], finished, mean_std, delta, t, df, p,
+        cells = [row["variant"], finished, mean_std, *_vs_baseline(row["baseline"], row["delta_vs_baseline"], w),
                  _num(row["tokens_per_s_mean"], ",.0f"), _num(row["n_params"], ",")]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -430,10 +444,32 @@ def _diagnostics_tables(results: dict, heading: str = "##") -> list[str]:
     return lines
 
 
+def _accuracy_table(results: dict, heading: str) -> list[str]:
+    """Final validation accuracy per variant (mean ± std in %, Welch test against the baseline), when the runs
+    logged one (runs trained before accuracy was logged did not: then nothing)."""
+    rows = results["variants"]
+    if not any((row.get("final_val_accuracy") or {}).get("n") for row in rows):
+        return []
+    base = results["baseline"]
+    lines = [f"{heading} Final validation accuracy", "",
+             "Exact match of the argmax: on a task at its answer positions only, on text at every next token.", "",
+             f"| variant | seeds | accuracy % (mean ± std) | Δ vs {base} (points) | Welch t | df | p |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        acc, w = row["final_val_accuracy"], row["accuracy_welch_vs_baseline"]
+        mean_std = "n/a" if acc["mean"] is None else f"{100 * acc['mean']:.2f} ± {_num(acc['std'] and 100 * acc['std'], '.2f')}"
+        d = row["accuracy_delta_vs_baseline"]
+        cells = _vs_baseline(row["baseline"], None if d is None else 100 * d, w, ".2f")
+        lines.append("| " + " | ".join([row["variant"], str(acc["n"]), mean_std, *cells]) + " |")
+    return [*lines, ""]
+
+
 def results_tables(results: dict, heading: str = "##") -> str:
-    """The report's tables without settings and notes: results, per-seed losses, the loss during training, weight
-    and gate diagnostics, under ``heading``-level titles (the README quotes them for the shipped comparisons in ``results/``)."""
-    return "\n".join([*_table(results), "", f"{heading} Final validation loss per seed", "", *_seed_table(results),
+    """The report's tables without settings and notes: results, accuracy (when logged), per-seed losses, the loss
+    during training, weight and gate diagnostics, under ``heading``-level titles (the docs quote them for the shipped
+    comparisons in ``results/``)."""
+    return "\n".join([*_table(results), "", *_accuracy_table(results, heading),
+                      f"{heading} Final validation loss per seed", "", *_seed_table(results),
                       "", *_curve_table(results, heading), *_diagnostics_tables(results, heading)]).rstrip("\n") + "\n"
 
 

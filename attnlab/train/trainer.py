@@ -67,6 +67,7 @@ from torch import nn
 from ..atomic import write_text
 from ..configio import load_config, save_toml
 from ..data import Dataset, default_cache_dir, load_tokenizer, prepare
+from ..data.task_source import task_name
 from ..errors import ConfigError
 from ..lock import DirectoryLock
 from ..model import GPT
@@ -201,6 +202,12 @@ def _load_run_config(run_dir: Path) -> RunConfig:
     return load_config(RunConfig, run_dir / CONFIG_FILE)
 
 
+def _model_for_data(model, ds):
+    """``model`` with what the data decides: vocab_size from the tokenizer, and block_size from a task's sequence
+    length (text windows take any block_size: ``ds.seq_len`` is None)."""
+    return model.replace(vocab_size=ds.vocab_size, **({"block_size": ds.seq_len} if ds.seq_len is not None else {}))
+
+
 def _resolve(cfg: RunConfig | None, resume) -> tuple[RunConfig, Path, bool]:
     """(config, run directory, resuming?) from train()'s arguments."""
     if resume is None:
@@ -212,7 +219,10 @@ def _resolve(cfg: RunConfig | None, resume) -> tuple[RunConfig, Path, bool]:
     if cfg is not None:
         if not isinstance(cfg, RunConfig):
             raise ConfigError(f"train() needs a RunConfig or None with resume=, got {type(cfg).__name__}")
-        if cfg.model.replace(vocab_size=saved.model.vocab_size) != saved.model:
+        decided = {"vocab_size": saved.model.vocab_size}  # what the data decided (see _model_for_data)
+        if task_name(saved.data.source) is not None:
+            decided["block_size"] = saved.model.block_size
+        if cfg.model.replace(**decided) != saved.model:
             raise ConfigError(f"cannot resume {run_dir} with a different [model] than the one it was trained with")
         saved = cfg
     return saved.replace(out_dir=str(run_dir)), run_dir, True
@@ -289,7 +299,7 @@ class _Trainer:
             self._lock_run_dir()
             self._check_run_dir(resuming)
             self.ds = self._prepare_data(cfg)
-            self.cfg = cfg.replace(model=cfg.model.replace(vocab_size=self.ds.vocab_size), out_dir=str(self.run_dir))
+            self.cfg = cfg.replace(model=_model_for_data(cfg.model, self.ds), out_dir=str(self.run_dir))
             self._check_tokenizer(resuming)
             self._build(hooks)
             if resuming:
@@ -352,7 +362,7 @@ class _Trainer:
         self.gen = torch.Generator().manual_seed(tc.seed)
         self.step = self.tokens = 0
         self.saved_step = None  # the step of the checkpoint on disk
-        self.best_val = self.last_val = self.last_eval_step = None
+        self.best_val = self.last_val = self.last_acc = self.last_eval_step = None
         self.last_stats = {}
         self.elapsed_before = 0.0
         self.session_start = time.perf_counter()
@@ -380,6 +390,7 @@ class _Trainer:
         self.step = self.saved_step = int(state["step"])
         self.tokens = int(state["tokens"])
         self.best_val, self.last_val = state.get("best_val_loss"), state.get("last_val_loss")
+        self.last_acc = state.get("last_val_accuracy")
         self.last_eval_step = state.get("last_eval_step")
         self.last_stats = state.get("last_stats") or {}
         self.elapsed_before = float(state.get("elapsed_s", 0.0))
@@ -523,23 +534,30 @@ class _Trainer:
     # ------------------------------------------------------------------------------------------ evaluation
 
     @torch.no_grad()
-    def evaluate(self) -> float:
-        """Mean validation loss over train.eval_tokens tokens (fixed windows; batches shared out over ranks)."""
+    def evaluate(self) -> tuple[float, float]:
+        """(mean validation loss, accuracy) over the targets of train.eval_tokens tokens (fixed windows; batches
+        shared out over ranks). Targets of -1 (a task's non-answer positions) count in neither; accuracy is exact
+        match of the argmax (next-token accuracy on text, answer accuracy on a task)."""
         self.fwd.eval()
-        total, count = 0.0, 0
+        total, count, correct = 0.0, 0, 0
         batches = self.ds.val_batches(self.tc.eval_tokens, self.tc.batch_size, self.cfg.model.block_size)
         for i, (x, y) in enumerate(batches):
             if i % self.info.world_size != self.info.rank:
                 continue
+            x, y = x.to(self.device), y.to(self.device)
             with self._autocast():
-                _, loss = self.fwd(x.to(self.device), y.to(self.device))
-            total += float(loss) * x.shape[0]  # every window has block_size targets: weight batches by rows
-            count += x.shape[0]
+                logits, loss = self.fwd(x, y)
+            answer = y >= 0
+            n = int(answer.sum())
+            total += float(loss) * n  # the loss is the mean over this batch's targets: weight batches by them
+            count += n
+            correct += int((logits.argmax(-1) == y)[answer].sum())
         self.fwd.train()
         if self.info.enabled:
-            sums = D.all_reduce(torch.tensor([total, count], dtype=torch.float64, device=self.device), self.info)
-            total, count = float(sums[0]), float(sums[1])
-        return total / count
+            sums = D.all_reduce(torch.tensor([total, count, correct], dtype=torch.float64, device=self.device),
+                                self.info)
+            total, count, correct = float(sums[0]), float(sums[1]), float(sums[2])
+        return total / count, correct / count
 
     # ------------------------------------------------------------------------------------------ bookkeeping
 
@@ -549,7 +567,7 @@ class _Trainer:
         self.last_stats = stats
         val = None
         if self._eval_due(k):
-            val = self.evaluate()
+            val, self.last_acc = self.evaluate()
             self.last_val, self.last_eval_step = val, k
             if math.isfinite(val) and (self.best_val is None or val < self.best_val):
                 self.best_val = val
@@ -570,6 +588,7 @@ class _Trainer:
             "tokens": self.tokens,
             "train_loss": stats.get("train_loss"),
             "val_loss": val,
+            "val_accuracy": self.last_acc if val is not None else None,
             "lr": stats.get("lr", lr_at(k, self.tc)),
             "grad_norm": _finite_or_none(stats.get("grad_norm")),
             "tokens_per_s": tps,
@@ -613,6 +632,7 @@ class _Trainer:
                 "world_size": self.info.world_size,
                 "best_val_loss": self.best_val,
                 "last_val_loss": self.last_val,
+                "last_val_accuracy": self.last_acc,
                 "last_eval_step": self.last_eval_step,
                 "last_stats": self.last_stats,
                 "elapsed_s": self._elapsed(),
@@ -669,7 +689,7 @@ class _Trainer:
         if self.phase != "update" and self.saved_step != self.step:
             self._save()
         if self.info.is_main and status == "finished" and self.tc.sample_tokens > 0:
-            text = generate_text(self.model, self.ds.tokenizer, "\n", self.tc.sample_tokens,
+            text = generate_text(self.model, self.ds.tokenizer, self.ds.prompt, self.tc.sample_tokens,
                                  SAMPLE_TEMPERATURE, SAMPLE_TOP_K, self.tc.seed)
             write_text(self.run_dir / SAMPLES_FILE, text)
         return self._summary(status)  # the caller (CLI) reports summary["checkpoint"] when interrupted
@@ -714,6 +734,7 @@ class _Trainer:
             "steps": self.step,
             "max_steps": self.tc.max_steps,
             "final_val_loss": self.last_val,
+            "final_val_accuracy": self.last_acc,
             "final_val_step": self.last_eval_step,
             "best_val_loss": self.best_val,
             "final_train_loss": self.last_stats.get("train_loss"),

@@ -1,0 +1,74 @@
+"""Where a trained model's attention goes on a task: the mass at the query position that falls on the unique key
+and on the redundant cluster (seed 000's "hijacking", measured in the mechanism itself, not only in accuracy).
+
+For sequences of a task whose ``roles(x)`` marks positions (1: the unique key, 2: a redundant cluster key, 3: a query
+position; attnlab.tasks.Hijack does), and for every layer l and head h of the model:
+
+    unique_mass[l, h]  = mean over queries i of  sum_{j: role_j = 1} p^{l,h}_{ij}
+    cluster_mass[l, h] = mean over queries i of  sum_{j: role_j = 2} p^{l,h}_{ij}
+
+with p the layer's attention weights (GPT.attention_maps: the softmax weights, a logit prior included; a value gate,
+magnitude_apply="values", scales the values after them and is not in p). A model that ignores the cluster puts no
+mass on it; under hijacking the cluster takes the mass that the unique key needs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+
+ROLE_UNIQUE, ROLE_CLUSTER, ROLE_QUERY = 1, 2, 3
+
+__all__ = ["attention_mass", "format_mass"]
+
+
+@torch.no_grad()
+def attention_mass(model, task, n: int = 256, seed: int = 0, batch_size: int = 64) -> dict:
+    """{"unique": [L, H], "cluster": [L, H], "n_queries": int, "accuracy": float} for ``n`` sequences of ``task``
+    drawn from ``numpy.random.default_rng(seed)``; accuracy is the model's exact-match accuracy at the answers."""
+    roles_of = getattr(task, "roles", None)
+    if roles_of is None:
+        raise ConfigError(f"task {getattr(task, 'name', task)!r} does not mark key roles; attention mass is measured "
+                          f"on tasks that do (hijack)")
+    x_all, y_all = task.sample(n, np.random.default_rng(seed))
+    roles_all = roles_of(x_all)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    sums, queries, correct, answers = None, 0, 0, 0
+    try:
+        for i in range(0, n, batch_size):
+            x = torch.as_tensor(x_all[i : i + batch_size], dtype=torch.long, device=device)
+            y = torch.as_tensor(y_all[i : i + batch_size], dtype=torch.long, device=device)
+            roles = torch.as_tensor(roles_all[i : i + batch_size], device=device)
+            maps = torch.stack(model.attention_maps(x))  # [L, B, H, T, T]
+            query = roles == ROLE_QUERY  # [B, T]
+            if sums is None:
+                sums = torch.zeros(2, maps.shape[0], maps.shape[2], dtype=torch.float64)
+            for k, role in enumerate((ROLE_UNIQUE, ROLE_CLUSTER)):
+                on_role = (maps * (roles == role)[None, :, None, None, :]).sum(-1)  # [L, B, H, T]: mass on the role
+                sums[k] += (on_role * query[None, :, None, :]).sum(dim=(1, 3)).double().cpu()
+            queries += int(query.sum())
+            logits, _ = model(x)
+            answer = y >= 0
+            correct += int((logits.argmax(-1) == y)[answer].sum())
+            answers += int(answer.sum())
+    finally:
+        model.train(was_training)
+    if not queries:
+        raise ConfigError("the sampled sequences have no query positions (role 3); nothing to measure")
+    mean = (sums / queries).numpy()
+    return {"unique": mean[0], "cluster": mean[1], "n_queries": queries, "accuracy": correct / max(answers, 1)}
+
+
+def format_mass(mass: dict) -> str:
+    """A Markdown table: per layer, the unique key's and the cluster's mass (mean over heads, and the head that
+    gives the unique key the most)."""
+    lines = ["| layer | unique key (mean over heads) | cluster (mean over heads) | best head for the unique key: "
+             "unique / cluster |", "|---|---|---|---|"]
+    for layer, (u, c) in enumerate(zip(mass["unique"], mass["cluster"])):
+        h = int(np.argmax(u))
+        lines.append(f"| {layer} | {u.mean():.4f} | {c.mean():.4f} | head {h}: {u[h]:.4f} / {c[h]:.4f} |")
+    return "\n".join(lines) + f"\n\n{mass['n_queries']} queries; answer accuracy {mass['accuracy']:.2%}.\n"
