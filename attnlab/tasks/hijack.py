@@ -1,0 +1,187 @@
+"""``hijack``: seed 000's probability hijacking as a recall task, with the size of the hijacking cluster as a knob."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ..errors import strict_fields
+from .base import Task, check_int, distinct
+
+PAD, MARK, QUERY = 0, 1, 2
+"""Token ids of the filler, the marker and the query token; keys start at 3."""
+
+OTHER, UNIQUE, CLUSTER, QUERY_POS = 0, 1, 2, 3
+"""The values of :meth:`Hijack.roles`."""
+
+
+@strict_fields
+@dataclass(frozen=True)
+class Hijack(Task):
+    """Recall one marked binding while m unmarked copies of the same key, all bound to one distractor value,
+    compete for the query's attention: seed 000's "probability hijacking" (docs/sources.md#seed-000) as a task.
+
+    Format. Token ids: ``0`` is the filler ``_``, ``1`` the marker ``*``, ``2`` the query token ``?``; keys
+    ``k0..`` are ``3..n_keys+2``; values ``v0..`` are ``n_keys+3..n_keys+n_values+2``. The stream of T + 1 tokens
+    is: one filler token when the parity needs it; then the *records*, in random order; then the query
+    ``? k v``. The records are
+
+    - ``n_marked`` marked bindings ``* key value`` with distinct keys and values drawn uniformly; the first of them
+      is the *target* binding ``* k v``;
+    - m *cluster* copies ``k d``: the target key, unmarked, each bound to the same distractor value d, drawn
+      uniformly from the values other than v;
+    - ``capacity - m`` neutral bindings ``key value``, unmarked, each key drawn uniformly from the keys other than k
+      (they may repeat a marked key) and each value uniformly;
+
+    where ``capacity = (T + 1 - 3 - 3 * n_marked) // 2``, so the length does not depend on m. The query asks for
+    k's *marked* binding; the only answer position is the last one (after reading the query's ``k``, the model must
+    give v). With ``m_max`` set, each sequence draws its own m uniformly from m..m_max.
+
+    The design argument. (a) At m = 0 this is ordinary associative recall among n_marked marked bindings (plus
+    unmarked bindings of other keys), which standard attention solves. (b) The m cluster copies are exact
+    repeats of the target's key token, i.e. a true cluster: a query that matches the key's identity with score s
+    and the marker with an extra margin g gives the target binding the share e^g / (e^g + m) of the mass on k's
+    occurrences, so as m grows the cluster's summed mass overtakes the unique key unless g grows like log m
+    (g = log m for a tie: 2.8 at m = 16, 4.2 at m = 64). The cluster's values all say d, so a hijacked readout
+    answers d rather than noise. The query must use both features: the marker alone is shared with the other
+    marked bindings, the key alone with the cluster, and neutral bindings make unmarked copies of other keys
+    common, so "the marked key that repeats" is no shortcut. (c) The answer is always determined by the context:
+    exactly one marked binding has the query's key, and d differs from v.
+
+    :meth:`roles` marks the target's key position 1, each cluster copy's key position 2 and the query position 3
+    (each binding's value is at the next position). Chance: v is uniform over the values and independent of the
+    visible token and of the position, so a predictor that ignores the context reaches ``1 / n_values`` (0.03125
+    at the defaults); a fully hijacked model answers d and scores 0.
+
+    Defaults: T = 160 holds 8 marked bindings and a capacity of 67 unmarked ones, so m can be swept over 0..67
+    (e.g. 0, 4, 16, 64) at a fixed length. The sweep protocol: train on ``m=0, m_max=64`` (each sequence its
+    own m), then evaluate each m alone with :meth:`at_m`.
+
+    Example (``Hijack.tiny().example()``)::
+
+        >>> print(Hijack.tiny().example())
+        hijack(n_marked=2, n_keys=4, n_values=4, m=2, m_max=None, seq_len=16); chance 0.2500
+        x * k2 v3 k3 v2 k2 v2 k1 v2 * k3 v0 k3 v2 ? k3
+        y - -  -  -  -  -  -  -  -  - -  -  -  -  - v0
+    """
+
+    name: ClassVar[str] = "hijack"
+    summary: ClassVar[str] = ("recall a marked binding while m unmarked copies of its key compete for the query's "
+                              "attention (seed 000)")
+    tiny_params: ClassVar[dict] = {"n_marked": 2, "n_keys": 4, "n_values": 4, "m": 2, "seq_len": 16}
+
+    n_marked: int = 8
+    """Marked bindings per sequence, distinct keys, one of them the queried one (1..n_keys)."""
+    n_keys: int = 32
+    """Keys in the vocabulary (at least 2)."""
+    n_values: int = 32
+    """Values in the vocabulary (at least 2); chance accuracy is 1 / n_values."""
+    m: int = 0
+    """Cluster size: unmarked copies of the queried key bound to the distractor (0..capacity); with m_max set, the
+    smallest size drawn."""
+    m_max: int | None = None
+    """If set, each sequence draws its cluster size uniformly from m..m_max (m..capacity); unset: every sequence
+    has m."""
+    seq_len: int = 160
+    """T, the tokens of x and of y; it sets the capacity, (T + 1 - 3 - 3 * n_marked) // 2 unmarked bindings."""
+
+    def __post_init__(self):
+        check_int("seq_len", self.seq_len, 5)
+        check_int("n_keys", self.n_keys, 2)
+        check_int("n_values", self.n_values, 2)
+        check_int("n_marked", self.n_marked, 1, min(self.n_keys, (self.seq_len - 2) // 3),
+                  f"n_marked <= n_keys = {self.n_keys}, and 3 * n_marked tokens plus the query must fit in "
+                  f"seq_len + 1 = {self.seq_len + 1}")
+        why = (f"capacity = (seq_len + 1 - 3 - 3 * n_marked) // 2 = {self.capacity} unmarked bindings at "
+               f"seq_len={self.seq_len}, n_marked={self.n_marked}")
+        check_int("m", self.m, 0, self.capacity, why)
+        if self.m_max is not None:
+            check_int("m_max", self.m_max, self.m, self.capacity, "at least m; " + why)
+
+    @property
+    def capacity(self) -> int:
+        """The unmarked bindings per sequence (cluster copies plus neutral ones), the largest m allowed."""
+        return (self.seq_len + 1 - 3 - 3 * self.n_marked) // 2
+
+    @property
+    def vocab_size(self) -> int:
+        return 3 + self.n_keys + self.n_values
+
+    def at_m(self, m: int) -> "Hijack":
+        """The same task with every sequence at cluster size m (for evaluating one m of a sweep)."""
+        return self.replace(m=m, m_max=None)
+
+    def token_name(self, token: int) -> str:
+        if token < 3:
+            return "_*?"[token]
+        return f"k{token - 3}" if token < 3 + self.n_keys else f"v{token - 3 - self.n_keys}"
+
+    def chance_accuracy(self) -> float:
+        """``1 / n_values``: the answer v is uniform over the values and independent of the visible token (the
+        query key) and of the position."""
+        return 1.0 / self.n_values
+
+    def _stream(self, n, rng):
+        total, marked, cap = self.seq_len + 1, self.n_marked, self.capacity
+        lead = total - 3 - 3 * marked - 2 * cap  # 0 or 1 filler token
+        high = self.m if self.m_max is None else self.m_max
+        m = rng.integers(self.m, high + 1, size=n)
+
+        keys = distinct(rng, n, self.n_keys, marked) + 3  # marked keys; column 0 is the target's
+        values = rng.integers(0, self.n_values, size=(n, marked))
+        target, answer_value = keys[:, 0], values[:, 0]
+        distractor = (answer_value + 1 + rng.integers(0, self.n_values - 1, size=n)) % self.n_values
+        room = max(cap, 1)  # draw at least one column so the gathers below never index an empty array
+        other = rng.integers(0, self.n_keys - 1, size=(n, room)) + 3
+        other += other >= target[:, None]  # neutral keys skip the target key
+        other_values = rng.integers(0, self.n_values, size=(n, room))
+        record = distinct(rng, n, marked + cap, marked + cap)  # record slot -> item, a random order
+
+        # items 0..marked-1: the marked bindings (0 the target's); then m cluster copies; then neutral bindings
+        is_marked = record < marked
+        unmarked = np.clip(record - marked, 0, room - 1)  # index among the unmarked items
+        is_cluster = ~is_marked & (record - marked < m[:, None])
+        length = np.where(is_marked, 3, 2)
+        start = lead + np.cumsum(length, axis=1) - length
+        marked_idx = np.minimum(record, marked - 1)
+        take = lambda table, idx: np.take_along_axis(table, idx, axis=1)
+        key = np.where(is_marked, take(keys, marked_idx),
+                       np.where(is_cluster, target[:, None], take(other, unmarked)))
+        value = np.where(is_marked, take(values, marked_idx),
+                         np.where(is_cluster, distractor[:, None], take(other_values, unmarked)))
+        value = value + 3 + self.n_keys
+
+        stream = np.zeros((n, total), dtype=np.int64)
+        rows = np.broadcast_to(np.arange(n)[:, None], start.shape)
+        key_pos = start + is_marked
+        stream[rows[is_marked], start[is_marked]] = MARK
+        stream[rows, key_pos] = key
+        stream[rows, key_pos + 1] = value
+        stream[:, -3] = QUERY
+        stream[:, -2] = target
+        stream[:, -1] = answer_value + 3 + self.n_keys
+        answer = np.zeros((n, self.seq_len), dtype=bool)
+        answer[:, -1] = True
+        return stream, answer
+
+    def roles(self, x: np.ndarray) -> np.ndarray:
+        """int8 [n, T] from the tokens of x: 1 at the target key (the key token after a marker that equals the
+        query's key), 2 at each cluster copy (an unmarked occurrence of the query's key before the query), 3 at the
+        query position (the last, whose target is the answer), 0 elsewhere. The value of a binding sits at the
+        position after its key. ``(roles == 2).sum(1)`` is each sequence's m."""
+        x = np.asarray(x)
+        if x.ndim != 2 or x.shape[1] != self.seq_len:
+            raise ValueError(f"x must have shape [n, {self.seq_len}], got {list(x.shape)}")
+        query_key = x[:, -1:]
+        after_mark = np.zeros(x.shape, dtype=bool)
+        after_mark[:, 1:] = x[:, :-1] == MARK
+        body = np.ones(x.shape, dtype=bool)
+        body[:, -1] = False
+        hit = (x == query_key) & body
+        roles = np.zeros(x.shape, dtype=np.int8)
+        roles[hit & after_mark] = UNIQUE
+        roles[hit & ~after_mark] = CLUSTER
+        roles[:, -1] = QUERY_POS
+        return roles
