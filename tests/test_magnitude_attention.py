@@ -231,7 +231,8 @@ def _assert_jitter_keeps_prefix(form, seed, n_early, repeats):
     assert torch.equal(a[head], b[head])
 
 
-@pytest.mark.parametrize("variant", ["magnitude-causal", "magnitude-prefix"])
+@pytest.mark.parametrize("variant", ["magnitude-causal", "magnitude-prefix", "magnitude-causal-logits",
+                                     "magnitude-prefix-logits"])
 def test_no_leak_with_exact_duplicate_keys(variant):
     """Repeated tokens with RoPE are exact duplicate keys (the gate reads the keys before rotation). With eps = 0
     a future full of repeats makes the factorisation fail and a future without repeats does not: no leak either way."""
