@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .attention_config import AttentionConfig
 from .errors import unknown_name
+from .functional.magnitude import PRIOR_FLOOR
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ register(
     "the weight of key j inside its own prefix 1..j (no value gate)",
     "seed 000 (magnitude attention), causal form; as a prior on the scores, the control for the seed's argument",
     magnitude="causal", magnitude_apply="logits",
-    notes="p_ij ~ max(w_j, 1e-4) exp(z_ij): what seed 000 argues against ('methods that just shift attention "
+    notes=f"p_ij ~ max(w_j, {PRIOR_FLOOR:g}) exp(z_ij): what seed 000 argues against ('methods that just shift attention "
           "scores'), so that the gate on the values can be compared with it (issue 15, item 3). m exact clones get "
           "1, 1/2, ..., 1/m and count as H_m ~ ln m keys, not one. The prior is SDPA's float mask (causal -inf "
           "folded in); gate, beta and gamma are unused.",
@@ -100,9 +101,9 @@ register(
     "M_ij the weight of key j inside query i's prefix 1..i (no value gate)",
     "seed 000 (magnitude attention), exact prefix form; as a prior on the scores, the control for the seed's "
     "argument", magnitude="prefix", magnitude_apply="logits",
-    notes="p_ij ~ max(M_ij, 1e-4) exp(z_ij): m exact clones count as one key (m/(m+eps)), so in the seed's example "
+    notes=f"p_ij ~ max(M_ij, {PRIOR_FLOOR:g}) exp(z_ij): m exact clones count as one key (m/(m+eps)), so in the seed's example "
           "(one key with e^z = 20, 50 clones with e^z = 1) the unique key gets 20/21 instead of 20/70. Per-(i, j) "
-          "float mask on SDPA (faster than the explicit path at T = 256); O(T^3) per head for M.",
+          "float mask on SDPA (narrowly faster than the explicit path at T = 256 on CPU); O(T^3) per head for M.",
 )
 # Seed 001's six steps from "just correlation" to attention (step 4 is `standard`), then QK-norm, low rank, MLA.
 register(
