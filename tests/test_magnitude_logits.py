@@ -148,13 +148,17 @@ def test_layer_matches_the_formula_in_float64(form, causal, n_kv_head, t):
 
 
 @pytest.mark.parametrize("variant", ["magnitude-causal-logits", "magnitude-prefix-logits"])
-def test_sdpa_and_explicit_paths_agree_in_float32(variant):
+@pytest.mark.parametrize("kernel", ["dot", "rbf"])
+def test_sdpa_and_explicit_paths_agree_in_float32(variant, kernel):
     torch.manual_seed(3)
-    base = get_variant(variant).replace(n_head=4, n_kv_head=2)
+    base = get_variant(variant).replace(n_head=4, n_kv_head=2, kernel=kernel)
     sdpa, explicit = Attention(base.replace(backend="sdpa"), 32), Attention(base.replace(backend="explicit"), 32)
+    renorm = Attention(base.replace(mask_form="renormalize"), 32)  # seed 002's form 2: the same weights
     explicit.load_state_dict(sdpa.state_dict())
+    renorm.load_state_dict(sdpa.state_dict())
     x = torch.randn(2, 40, 32)
     torch.testing.assert_close(sdpa(x), explicit(x), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(renorm(x), explicit(x), rtol=1e-5, atol=1e-6)
 
 
 # ------------------------------------------------------------------------ seed 000's hijacking example
