@@ -307,7 +307,8 @@ def apply_overrides(cfg, overrides: Sequence[str]):
     """A copy of dataclass ``cfg`` with each ``dotted.key=value`` override applied, validated once at the end.
 
     The value is a TOML literal when it parses as one (``4``, ``3e-4``, ``true``, ``"quoted"``), else a bare
-    string (``gqa``, ``/tmp/x.txt``); ``none``/``null`` unsets an optional field. Setting a sub-field of a field
+    string (``gqa``, ``/tmp/x.txt``); ``none``/``null`` unsets an optional field (or removes a key of a free-form
+    table such as ``data.task``). Setting a sub-field of a field
     that currently holds a variant name (``model.attention.temperature=2`` with ``attention = "standard"``)
     starts from that variant's AttentionConfig. Because validation runs once after all overrides, overrides
     that must change together (``train.max_steps=10 train.warmup_steps=2``) can be given in any order.
@@ -347,8 +348,12 @@ def _assign(tree: dict, cls, parts: list[str], raw: str, where: str) -> None:
     if sub is None and table is not None and len(parts) == 2:  # a key of a free-form table, e.g. data.task.m=4
         args = typing.get_args(table)
         current = tree.get(key)
-        tree[key] = {**(current if isinstance(current, Mapping) else {}),
-                     parts[1]: _parse_value(raw, args[1] if len(args) == 2 else typing.Any)}
+        current = dict(current) if isinstance(current, Mapping) else {}
+        if raw.strip().lower() in _NONE_WORDS:
+            current.pop(parts[1], None)  # unset: the owner's default applies again
+        else:
+            current[parts[1]] = _parse_value(raw, args[1] if len(args) == 2 else typing.Any)
+        tree[key] = current
         return
     if sub is None:
         raise ConfigError(

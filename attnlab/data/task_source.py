@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, check_number
+from ..tasks import get_task
 from .tokenizers import TaskTokenizer
 
 TASK_PREFIX = "task:"
@@ -43,8 +44,6 @@ class TaskDataset:
 
     @classmethod
     def build(cls, name: str, params: dict) -> TaskDataset:
-        from ..tasks import get_task  # TEMPORARY late import until attnlab.tasks lands
-
         task = get_task(name, params)
         return cls(task, TaskTokenizer(task.vocab_size, name))
 
