@@ -21,7 +21,8 @@ OTHER, UNIQUE, CLUSTER, QUERY_POS = 0, 1, 2, 3
 @dataclass(frozen=True)
 class Hijack(Task):
     """Recall one marked binding while m unmarked copies of the same key, all bound to one distractor value,
-    compete for the query's attention: seed 000's "probability hijacking" (docs/sources.md#seed-000) as a task.
+    compete for the query's attention: the "probability hijacking" of seed 000 (docs/sources.md#seed-000) as a
+    task.
 
     Format. Token ids: ``0`` is the filler ``_``, ``1`` the marker ``*``, ``2`` the query token ``?``; keys
     ``k0..`` are ``3..n_keys+2``; values ``v0..`` are ``n_keys+3..n_keys+n_values+2``. The stream of T + 1 tokens

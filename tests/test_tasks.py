@@ -1,0 +1,449 @@
+"""The task generators (issue 15, items 1-2): determinism, shapes, the answers checked by parsers written from the
+documented formats (not from the generators), hijack's conditions (a)-(c), the chance levels against a simulated
+context-free predictor, the one-line errors and the docstring examples.
+
+The parsers below read only the token ids the docstrings document; they never call a generator's internals.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import doctest
+import inspect
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from attnlab.errors import ConfigError
+from attnlab.tasks import TASKS, Hijack, Induction, MQAR, NoisyRecall, SelectiveCopy, get_task, task_names
+from attnlab.tasks import base as tasks_base, copying, hijack as hijack_module, recall
+
+# small, medium and default sizes of every task (each must generate and parse)
+SIZES = {
+    "mqar": [{}, MQAR.tiny_params, {"n_pairs": 5, "n_queries": 3, "n_keys": 7, "n_values": 3, "seq_len": 33}],
+    "induction": [{}, Induction.tiny_params, {"n_symbols": 9, "copy_len": 9, "seq_len": 20}],
+    "selective-copy": [{}, SelectiveCopy.tiny_params, {"n_symbols": 2, "n_copy": 10, "seq_len": 20}],
+    "noisy-recall": [{}, NoisyRecall.tiny_params, {"n_pairs": 3, "n_keys": 3, "n_noise": 0, "seq_len": 9}],
+    "hijack": [{}, Hijack.tiny_params, {"m": 0, "m_max": 64}, {"m": 67}, {"n_marked": 1, "n_keys": 2, "seq_len": 6},
+               {"n_marked": 3, "m": 1, "m_max": 4, "seq_len": 21}],
+}
+CASES = [(name, params) for name, sizes in SIZES.items() for params in sizes]
+CASE_IDS = [f"{name}-{i}" for name, sizes in SIZES.items() for i in range(len(sizes))]
+
+
+# ------------------------------------------------------------------------------------------------------ the parsers
+# Each returns the targets the documented format implies for one row of x (-1 off the answers), after checking the
+# row follows the format. They are written from the docstrings' "Format" paragraphs.
+
+
+def parse_mqar(task: MQAR, row) -> list[int]:
+    """Filler 0, keys 1..n_keys, values above. Bindings ``key value`` first (distinct keys), then queries: a key seen
+    before, followed by its value, among fillers. The target after a query key is the value bound to it."""
+    row = [int(t) for t in row]
+    is_key = lambda t: 1 <= t <= task.n_keys
+    bound, expected, t, queries = {}, [-1] * len(row), 0, 0
+    while t < len(row) and is_key(row[t]) and row[t] not in bound:  # the bindings
+        assert row[t + 1] > task.n_keys, "a binding's key is followed by a value"
+        bound[row[t]] = row[t + 1]
+        t += 2
+    assert len(bound) == task.n_pairs
+    asked = set()
+    for t in range(t, len(row)):
+        if is_key(row[t]):
+            assert row[t] in bound and row[t] not in asked, "a query repeats a bound key once"
+            asked.add(row[t])
+            expected[t] = bound[row[t]]
+            queries += 1
+        elif row[t] > task.n_keys:
+            assert is_key(row[t - 1]) and row[t] == bound[row[t - 1]], "in the query region a value follows its key"
+        else:
+            assert row[t] == 0
+    assert queries == (task.n_pairs if task.n_queries is None else task.n_queries)
+    return expected
+
+
+def parse_induction(task: Induction, row) -> list[int]:
+    """Marker 1 at the start and again after the random sequence; the second copy repeats the first. The target is
+    read off by induction: the token after the earlier occurrence of the current token."""
+    row = [int(t) for t in row]
+    markers = [t for t, tok in enumerate(row) if tok == 1]
+    assert len(markers) == 2 and markers[0] == 0
+    first = row[1:markers[1]]
+    assert len(first) == task.copy_len and len(set(first)) == len(first) and min(first) >= 2
+    expected = [-1] * len(row)
+    for t in range(markers[1], len(row)):
+        if row[t] == 0:  # filler after the second copy
+            assert t > markers[1] + len(first)
+            continue
+        earlier = row.index(row[t])  # the first occurrence: tokens are distinct within a copy
+        assert earlier < markers[1]
+        if earlier + 1 < markers[1]:  # the token after it belongs to the first copy
+            expected[t] = row[earlier + 1]
+            if t + 1 < len(row):
+                assert row[t + 1] == expected[t], "the second copy repeats the first"
+    return expected
+
+
+def parse_selective_copy(task: SelectiveCopy, row) -> list[int]:
+    """Blanks 0 and symbols (>= 2) before the copy marker 1; after it, the symbols in their order."""
+    row = [int(t) for t in row]
+    assert row.count(1) == 1
+    marker = row.index(1)
+    symbols = [t for t in row[:marker] if t != 0]
+    assert len(symbols) == task.n_copy and marker == task.seq_len - task.n_copy
+    expected = [-1] * len(row)
+    for j, t in enumerate(range(marker, len(row))):
+        expected[t] = symbols[j]
+        if t + 1 < len(row):
+            assert row[t + 1] == symbols[j], "after the marker the inputs are the previous answers"
+    return expected
+
+
+def parse_noisy_recall(task: NoisyRecall, row) -> list[int]:
+    """Keys below n_keys, values next, noise above; a key is always followed by its value; a key seen before is an
+    answer, its target the value it was bound to at its first occurrence."""
+    row = [int(t) for t in row]
+    is_key = lambda t: t < task.n_keys
+    is_value = lambda t: task.n_keys <= t < task.n_keys + task.n_values
+    bound, expected, t = {}, [-1] * len(row), 0
+    while t < len(row):
+        tok = row[t]
+        if is_key(tok):
+            if tok in bound:
+                expected[t] = bound[tok]
+            if t + 1 < len(row):
+                assert is_value(row[t + 1]) and bound.setdefault(tok, row[t + 1]) == row[t + 1]
+            t += 2
+        else:
+            assert not is_value(tok), "a value only follows a key"
+            t += 1
+    assert len(bound) <= task.n_pairs
+    return expected
+
+
+@dataclasses.dataclass
+class HijackParse:
+    expected: list[int]
+    answer: int
+    query_key: int
+    query_pos: int
+    unique_pos: list[int]  # key positions of the marked bindings of the query's key
+    cluster_pos: list[int]  # key positions of unmarked bindings of the query's key
+    cluster_values: set
+    marked_keys: list[int]
+
+
+def parse_hijack(task: Hijack, row) -> HijackParse:
+    """Filler 0, marker 1, query token 2, keys 3..n_keys+2, values above. Records ``* key value`` (marked) and
+    ``key value`` (unmarked) after an optional filler, then ``? key`` at the end. The answer is the value of the
+    marked binding of the query's key."""
+    row = [int(t) for t in row]
+    is_key = lambda t: 3 <= t < 3 + task.n_keys
+    is_value = lambda t: t >= 3 + task.n_keys
+    t = 0
+    while row[t] == 0:
+        t += 1
+    assert t <= 1, "at most one filler token, at the start"
+    records = []  # (marked, key position, key, value)
+    while row[t] != 2:
+        marked = row[t] == 1
+        t += marked
+        assert is_key(row[t]) and is_value(row[t + 1]), f"a record is [*] key value, at {t}"
+        records.append((marked, t, row[t], row[t + 1]))
+        t += 2
+    assert t == len(row) - 2 and is_key(row[-1]), "the query ? key closes the sequence"
+    query_key = row[-1]
+    unique = [r for r in records if r[0] and r[2] == query_key]
+    cluster = [r for r in records if not r[0] and r[2] == query_key]
+    assert len(unique) == 1, "(c) exactly one marked binding of the query's key"
+    expected = [-1] * len(row)
+    expected[-1] = unique[0][3]
+    return HijackParse(expected, unique[0][3], query_key, len(row) - 1, [r[1] for r in unique],
+                       [r[1] for r in cluster], {r[3] for r in cluster}, [r[2] for r in records if r[0]])
+
+
+PARSERS = {"mqar": parse_mqar, "induction": parse_induction, "selective-copy": parse_selective_copy,
+           "noisy-recall": parse_noisy_recall, "hijack": lambda task, row: parse_hijack(task, row).expected}
+
+
+# --------------------------------------------------------------------------------------------------------- registry
+
+
+def test_registry_order_and_names():
+    assert task_names() == ["mqar", "induction", "selective-copy", "noisy-recall", "hijack"]
+    assert list(TASKS) == task_names()
+    for name, cls in TASKS.items():
+        assert cls.name == name and isinstance(cls.summary, str) and "\n" not in cls.summary
+        task = get_task(name)
+        assert isinstance(task, cls) and task == cls()
+        assert dataclasses.is_dataclass(task) and task.__dataclass_params__.frozen
+
+
+def test_get_task_passes_params():
+    task = get_task("mqar", {"n_pairs": 4, "seq_len": 32})
+    assert (task.n_pairs, task.seq_len, task.n_keys) == (4, 32, MQAR().n_keys)
+    assert task.replace(n_pairs=2).n_pairs == 2
+
+
+# ----------------------------------------------------------------------------------------- determinism and shapes
+
+
+@pytest.mark.parametrize("name,params", CASES, ids=CASE_IDS)
+def test_determinism_shapes_and_range(name, params):
+    task = get_task(name, params)
+    x, y = task.sample(17, np.random.default_rng(5))
+    x2, y2 = task.sample(17, np.random.default_rng(5))
+    assert np.array_equal(x, x2) and np.array_equal(y, y2)
+    x3, _ = task.sample(17, np.random.default_rng(6))
+    assert not np.array_equal(x, x3)
+    rng = np.random.default_rng(5)  # two draws from one generator continue the stream: they differ
+    assert not np.array_equal(task.sample(17, rng)[0], task.sample(17, rng)[0])
+    for a in (x, y):
+        assert a.dtype == np.int64 and a.shape == (17, task.seq_len)
+    assert x.min() >= 0 and x.max() < task.vocab_size
+    assert np.all((y == -1) | ((y >= 0) & (y < task.vocab_size)))
+    assert (y >= 0).any(axis=1).all(), "every sequence has an answer"
+    empty_x, empty_y = task.sample(0, np.random.default_rng(0))
+    assert empty_x.shape == empty_y.shape == (0, task.seq_len)
+
+
+def test_every_token_of_the_vocabulary_can_occur():
+    for name in task_names():
+        task = get_task(name, {"m": 0, "m_max": 5} if name == "hijack" else {})
+        x, y = task.sample(400, np.random.default_rng(0))
+        seen = set(np.unique(x)) | set(np.unique(y[y >= 0]))
+        unused = set(range(task.vocab_size)) - seen
+        # only hijack's leading filler is absent when the parity needs none (T + 1 - 3 - 3 * n_marked even)
+        assert unused <= ({0} if name in ("hijack", "induction") else set()), (name, unused)
+
+
+# ----------------------------------------------------------------------- the answers, read by independent parsers
+
+
+@pytest.mark.parametrize("name,params", CASES, ids=CASE_IDS)
+def test_targets_are_the_parsed_answers(name, params):
+    task = get_task(name, params)
+    x, y = task.sample(60, np.random.default_rng(1))
+    for row, targets in zip(x, y):
+        assert PARSERS[name](task, row) == targets.tolist()
+
+
+def test_answer_counts():
+    x, y = MQAR(n_pairs=5, n_queries=3, seq_len=40).sample(50, np.random.default_rng(0))
+    assert ((y >= 0).sum(1) == 3).all()
+    task = Induction(copy_len=7, seq_len=30)
+    _, y = task.sample(10, np.random.default_rng(0))
+    assert ((y >= 0).sum(1) == 7).all()
+    _, y = SelectiveCopy(n_copy=5).sample(10, np.random.default_rng(0))
+    assert ((y >= 0).sum(1) == 5).all()
+    _, y = Hijack().sample(10, np.random.default_rng(0))
+    assert ((y >= 0).sum(1) == 1).all() and (y[:, -1] >= 0).all()
+
+
+def test_mqar_query_distances_vary():
+    x, y = MQAR().sample(200, np.random.default_rng(0))
+    first_query = (y >= 0).argmax(1)
+    assert len(set(first_query.tolist())) > 10 and first_query.min() >= 2 * MQAR().n_pairs
+
+
+# ------------------------------------------------------------------------------------------ hijack: (b) and (c)
+
+
+@pytest.mark.parametrize("m", [0, 4, 16, 64])
+def test_hijack_cluster_is_m_copies_of_one_key_and_the_answer_is_determined(m):
+    task = Hijack(m=m)
+    x, y = task.sample(100, np.random.default_rng(m))
+    assert x.shape == (100, 160)  # the length does not depend on m
+    roles = task.roles(x)
+    assert roles.dtype == np.int8 and roles.shape == x.shape
+    for row, targets, row_roles in zip(x, y, roles):
+        p = parse_hijack(task, row)
+        # (c): exactly one marked binding of the query's key (checked in the parser), distinct marked keys, and the
+        # target is its value
+        assert len(set(p.marked_keys)) == len(p.marked_keys) == task.n_marked
+        assert targets.tolist() == p.expected and targets[-1] == p.answer
+        # (b): exactly m unmarked copies of that same key token, all bound to one distractor value, not the answer
+        assert len(p.cluster_pos) == m and all(row[i] == row[p.unique_pos[0]] for i in p.cluster_pos)
+        assert len(p.cluster_values) == (1 if m else 0) and p.answer not in p.cluster_values
+        # roles agree with the parse
+        assert np.flatnonzero(row_roles == 1).tolist() == p.unique_pos
+        assert np.flatnonzero(row_roles == 2).tolist() == p.cluster_pos
+        assert np.flatnonzero(row_roles == 3).tolist() == [p.query_pos]
+
+
+def test_hijack_m_range_is_drawn_per_sequence():
+    task = Hijack(m=0, m_max=64)
+    x, y = task.sample(4000, np.random.default_rng(0))
+    m = (task.roles(x) == 2).sum(1)
+    assert m.min() == 0 and m.max() == 64 and len(np.unique(m)) == 65
+    assert abs(m.mean() - 32) < 1.0  # uniform on 0..64: mean 32, standard error 0.3
+    for row, mi in zip(x[:200], m[:200]):
+        assert len(parse_hijack(task, row).cluster_pos) == mi
+    fixed = task.at_m(16)
+    assert (fixed.m, fixed.m_max) == (16, None)
+    assert ((fixed.roles(fixed.sample(50, np.random.default_rng(1))[0]) == 2).sum(1) == 16).all()
+
+
+def test_hijack_neutral_bindings_do_not_use_the_query_key_and_marked_keys_repeat_unmarked():
+    task = Hijack(m=0)
+    x, _ = task.sample(300, np.random.default_rng(2))
+    repeats = 0
+    for row in x:
+        p = parse_hijack(task, row)
+        assert p.cluster_pos == []  # at m = 0 the query's key occurs only in its marked binding (and the query)
+        others = set(p.marked_keys) - {p.query_key}
+        unmarked_keys = [int(row[t]) for t in range(len(row) - 2)
+                         if 3 <= row[t] < 3 + task.n_keys and (t == 0 or row[t - 1] != 1)]
+        repeats += any(k in others for k in unmarked_keys)
+    assert repeats > 250, "other marked keys also occur unmarked, so marked-and-repeated is no shortcut"
+
+
+# ------------------------------------------------------------------------------------------------- chance levels
+
+
+def _context_free_accuracy(task, n_fit: int, n_eval: int, seed: int) -> tuple[float, float, int]:
+    """(accuracy of the best predictor from (position, current token), fitted on one sample and scored on
+    another; accuracy of the best constant; answers scored). Simulates a model that ignores the context."""
+    V, T = task.vocab_size, task.seq_len
+    x, y = task.sample(n_fit, np.random.default_rng(seed))
+    keep = y >= 0
+    cell = (np.nonzero(keep)[1] * V + x[keep]).astype(np.int64)
+    counts = np.zeros((T * V, V), dtype=np.int64)
+    np.add.at(counts, (cell, y[keep]), 1)
+    constant = int(np.bincount(y[keep], minlength=V).argmax())
+    table = np.where(counts.sum(1) > 0, counts.argmax(1), constant)
+    x, y = task.sample(n_eval, np.random.default_rng(seed + 1))
+    keep = y >= 0
+    guess = table[np.nonzero(keep)[1] * V + x[keep]]
+    return float((guess == y[keep]).mean()), float((constant == y[keep]).mean()), int(keep.sum())
+
+
+@pytest.mark.parametrize("name,n", [("mqar", 4000), ("induction", 1500), ("selective-copy", 5000),
+                                    ("noisy-recall", 2500), ("hijack", 30000)])
+def test_chance_accuracy_matches_a_simulated_context_free_predictor(name, n):
+    task = get_task(name)
+    chance = task.chance_accuracy()
+    best, constant, answers = _context_free_accuracy(task, n, n, seed=11)
+    tol = 4.5 * np.sqrt(chance * (1 - chance) / answers)  # 4.5 binomial standard errors of the scored sample
+    assert abs(best - chance) < tol, (name, best, chance, tol)
+    assert constant < chance + tol
+
+
+def test_chance_accuracy_formulas():
+    assert MQAR(n_values=10).chance_accuracy() == 0.1
+    assert NoisyRecall(n_values=8).chance_accuracy() == 0.125
+    assert SelectiveCopy(n_symbols=5).chance_accuracy() == 0.2
+    assert Hijack(n_values=16).chance_accuracy() == 1 / 16
+    # induction by enumeration: the first answer is one of n symbols, each later one of the n - 1 not showing
+    task = Induction(n_symbols=5, copy_len=3, seq_len=9)
+    assert task.chance_accuracy() == pytest.approx((1 / 5 + 1 / 4 + 1 / 4) / 3)
+
+
+# -------------------------------------------------------------------------------------------------- bad parameters
+
+
+BAD = [
+    ("mqr", {}, "unknown task 'mqr' (did you mean 'mqar'?); valid: "),
+    ("mqar", {"n_pair": 3}, "unknown mqar parameter 'n_pair' (did you mean 'n_pairs'?); valid: "),
+    ("mqar", {"n_pairs": 17}, "data.task.n_pairs=17 is out of range; allowed 1..16"),
+    ("mqar", {"n_pairs": 0}, "data.task.n_pairs=0 is out of range; allowed 1..16"),
+    ("mqar", {"n_pairs": 8, "n_keys": 4}, "data.task.n_pairs=8 is out of range; allowed 1..4"),
+    ("mqar", {"n_queries": 9}, "data.task.n_queries=9 is out of range; allowed 1..8"),
+    ("mqar", {"n_pairs": 30, "n_queries": 3}, "data.task.n_queries=3 is out of range; allowed 1..2"),
+    ("mqar", {"n_values": 1}, "data.task.n_values=1 is out of range; allowed >= 2"),
+    ("mqar", {"seq_len": "64"}, "data.task.seq_len='64' must be an integer"),
+    ("mqar", {"n_pairs": 2.0}, "data.task.n_pairs=2.0 must be an integer"),
+    ("induction", {"copy_len": 32}, "data.task.copy_len=32 is out of range; allowed 1..31"),
+    ("induction", {"n_symbols": 10}, "data.task.copy_len=31 is out of range; allowed 1..10"),
+    ("selective-copy", {"n_copy": 33}, "data.task.n_copy=33 is out of range; allowed 1..32"),
+    ("selective-copy", {"n_symbols": 1}, "data.task.n_symbols=1 is out of range; allowed >= 2"),
+    ("noisy-recall", {"n_noise": 48}, "data.task.n_noise=48 is out of range; allowed 0..47"),
+    ("noisy-recall", {"n_pairs": 17}, "data.task.n_pairs=17 is out of range; allowed 1..16"),
+    ("hijack", {"m": 68}, "data.task.m=68 is out of range; allowed 0..67 (capacity = "),
+    ("hijack", {"m": -1}, "data.task.m=-1 is out of range; allowed 0..67"),
+    ("hijack", {"m_max": 100}, "data.task.m_max=100 is out of range; allowed 0..67"),
+    ("hijack", {"m": 10, "m_max": 4}, "data.task.m_max=4 is out of range; allowed 10..67"),
+    ("hijack", {"m": 64, "seq_len": 120}, "data.task.m=64 is out of range; allowed 0..47"),
+    ("hijack", {"m": True}, "data.task.m=True must be an integer"),
+    ("hijack", {"n_marked": 0}, "data.task.n_marked=0 is out of range; allowed 1..32"),
+    ("hijack", {"n_keys": 1}, "data.task.n_keys=1 is out of range; allowed >= 2"),
+]
+
+
+@pytest.mark.parametrize("name,params,message", BAD, ids=[f"{b[0]}-{'-'.join(b[1])}" for b in BAD])
+def test_bad_parameters_give_one_line_naming_the_range(name, params, message):
+    with pytest.raises(ConfigError) as err:
+        get_task(name, params)
+    text = str(err.value)
+    assert "\n" not in text and text.startswith(message), text
+
+
+def test_direct_construction_checks_too():
+    with pytest.raises(ConfigError, match="did you mean 'n_pairs'"):
+        MQAR(n_pair=3)
+    with pytest.raises(ConfigError, match=r"data.task.m=70 is out of range; allowed 0..67"):
+        Hijack().replace(m=70)
+
+
+def test_sample_rejects_a_bad_rng_or_n():
+    with pytest.raises(TypeError):
+        MQAR().sample(2, 0)
+    with pytest.raises(ValueError):
+        MQAR().sample(-1, np.random.default_rng(0))
+
+
+# ------------------------------------------------------------------------------------------- docstrings and examples
+
+
+@pytest.mark.parametrize("module", [recall, copying, hijack_module], ids=lambda m: m.__name__)
+def test_docstring_examples_equal_example(module):
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted >= 1
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_docstring_states_format_source_chance_and_example(name):
+    cls = TASKS[name]
+    doc = inspect.getdoc(cls)
+    assert "Format." in doc and "Chance" in doc and f">>> print({cls.__name__}.tiny().example())" in doc
+    source = {"mqar": "arXiv:2312.04927", "selective-copy": "arXiv:2403.17844", "noisy-recall": "arXiv:2403.17844",
+              "induction": "arXiv:2209.11895", "hijack": "seed 000 (docs/sources.md#seed-000)"}[name]
+    assert source in doc
+    example = cls.tiny().example()
+    assert example in doc.replace("\n    ", "\n")  # the printed block, de-indented inside the docstring
+    lines = example.split("\n")
+    assert lines[0].startswith(f"{name}(") and f"chance {cls.tiny().chance_accuracy():.4f}" in lines[0]
+    assert lines[1].startswith("x ") and lines[2].startswith("y ")
+    assert cls().example(rng_seed=3) != cls().example(rng_seed=4)
+
+
+def test_hijack_docstring_gives_the_design_argument():
+    doc = inspect.getdoc(Hijack)
+    for part in ("(a) At m = 0", "(b) The m cluster copies", "(c) The answer is always determined", "log m"):
+        assert part in doc
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_every_parameter_has_a_default_and_an_attribute_docstring(name):
+    cls = TASKS[name]
+    tree = ast.parse(inspect.getsource(cls))
+    body = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)).body
+    documented = {stmt.target.id for stmt, after in zip(body, body[1:])
+                  if isinstance(stmt, ast.AnnAssign) and isinstance(after, ast.Expr)
+                  and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)}
+    for field in dataclasses.fields(cls):
+        assert field.default is not dataclasses.MISSING, field.name
+        assert field.name in documented, f"{name}.{field.name} has no attribute docstring"
+
+
+def test_tasks_import_nothing_but_numpy_and_errors():
+    for module in (tasks_base, recall, copying, hijack_module):
+        tree = ast.parse(inspect.getsource(module))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.module in ("errors", "base") and node.level in (1, 2), node.module
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+                assert all(n.split(".")[0] in ("numpy", "dataclasses", "typing", "__future__") for n in names), names
