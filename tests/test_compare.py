@@ -302,6 +302,15 @@ def test_report_diagnostics_from_planted_metrics(tmp_path):
     assert (f"| magnitude-causal | 1.000 ± {t_std:.3f} | n/a | n/a | -3 ± {lo_std:.3g} | 6 ± {hi_std:.3g} | n/a |"
             in text)
     assert "| magnitude-causal | 0.600 ± 0.141 (PR 6.0 ± 1.4) | n/a | n/a |" in text
+    assert "prior at floor" not in text  # the column of magnitude_apply="logits" appears only when logged
+
+    for s in seeds:  # a logit prior logs the fraction of its weights at the floor: mean over layers, then seeds
+        with open(run_dir(tmp_path, "magnitude-causal", s) / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"step": 30, "mag/L0/prior_floored": 0.1 * s, "mag/L1/prior_floored": 0.3}) + "\n")
+    text = write_report(tmp_path).read_text()
+    want = statistics.mean([0.15, 0.2]), statistics.stdev([0.15, 0.2])
+    assert "| max mu | solve residual | prior at floor |" in text
+    assert text.count(f" | {want[0]:.3f} ± {want[1]:.3f} |") == 1
 
 
 def test_report_loss_during_training_table(tmp_path):

@@ -97,8 +97,8 @@ def load_curve(path: Path, rows: list[dict] | None = None) -> dict[int, tuple[fl
 
 
 # per-layer magnitude statistics (``mag/L<i>/<stat>``, logged by the gates) are reduced over layers like this
-_MAG_REDUCE = {"t": "mean", "magnitude_over_n": "mean", "gate_mean": "mean", "residual": "max", "jitter": "max",
-               "mu_min": "min", "mu_max": "max"}
+_MAG_REDUCE = {"t": "mean", "magnitude_over_n": "mean", "gate_mean": "mean", "prior_floored": "mean",
+               "residual": "max", "jitter": "max", "mu_min": "min", "mu_max": "max"}
 
 
 def diagnostics_of(row: dict) -> dict:
@@ -403,6 +403,7 @@ def _curve_table(results: dict, heading: str) -> list[str]:
 _MAG_COLUMNS = (("t", "mag/t", ".3f"), ("\\|X\\|/N", "mag/magnitude_over_n", ".4f"),
                 ("mean gate", "mag/gate_mean", ".3f"), ("min mu", "mag/mu_min", ".3g"),
                 ("max mu", "mag/mu_max", ".3g"), ("solve residual", "mag/residual", ".2g"))
+_PRIOR_COLUMN = ("prior at floor", "mag/prior_floored", ".3f")  # magnitude_apply="logits" (shown when logged)
 
 
 def _mean_std(d: dict | None, fmt: str) -> str:
@@ -431,15 +432,18 @@ def _diagnostics_tables(results: dict, heading: str = "##") -> list[str]:
         lines.append("")
     mag = [r for r in rows if any(k.startswith("mag/") for k in r["diagnostics"])]
     if mag:
+        prior = any(_PRIOR_COLUMN[1] in r["diagnostics"] for r in mag)
+        columns = (*_MAG_COLUMNS, _PRIOR_COLUMN) if prior else _MAG_COLUMNS
         lines += [f"{heading} Magnitude gates at the end of training", "",
                   "Over layers: the mean of t, |X|/N and the mean gate, the smallest mu, the largest mu and the "
-                  "largest relative residual of the solve (Cholesky or CG), at the last logged step; mean ± std over "
-                  "the finished seeds.", "",
-                  "| variant | " + " | ".join(c[0] for c in _MAG_COLUMNS) + " |",
-                  "|---" * (len(_MAG_COLUMNS) + 1) + "|"]
+                  "largest relative residual of the solve (Cholesky or CG), at the last logged step"
+                  + (", and for a logit prior the fraction of weights at its floor" if prior else "")
+                  + "; mean ± std over the finished seeds.", "",
+                  "| variant | " + " | ".join(c[0] for c in columns) + " |",
+                  "|---" * (len(columns) + 1) + "|"]
         for r in mag:
             lines.append(f"| {r['variant']} | "
-                         + " | ".join(_mean_std(r["diagnostics"].get(key), fmt) for _, key, fmt in _MAG_COLUMNS) + " |")
+                         + " | ".join(_mean_std(r["diagnostics"].get(key), fmt) for _, key, fmt in columns) + " |")
         lines.append("")
     return lines
 

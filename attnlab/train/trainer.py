@@ -21,7 +21,8 @@ that step (its last micro-batch; rank 0's under DDP), under flat keys "mag/L<i>/
                                Cholesky: rounding)
     mag/L<i>/mu_min, mu_max    smallest and largest weight the gate read (mu_j, w_j or M_ij with j <= i)
     mag/L<i>/jitter            largest diagonal jitter a failed Cholesky needed (0 normally)
-    mag/L<i>/gate_mean         mean gate value
+    mag/L<i>/gate_mean         mean gate value (magnitude_apply="values")
+    mag/L<i>/prior_floored     fraction of the weights read that sit at the logit prior's floor ("logits")
 
 Pseudo-rank (seed 001; train.track_rank, on by default): every row with a validation loss also carries
 attnlab.analysis.rank.rank_metrics of the model at that step: "pseudo_rank/<m>/L<i>" (fraction of singular values
