@@ -8,7 +8,8 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
 - ``VARIANTS``: the variant registry (:func:`attnlab.variants`), name, description and source of each variant;
 - ``SWITCHES:<Class>``: every field of a config dataclass (AttentionConfig, GPTConfig, TrainConfig, DataConfig)
   with its type, default and documentation, read from the dataclass and its source (the field's docstring);
-- ``RESULTS:<dir>``: the tables ``attnlab report`` computes from the raw run logs in ``results/<dir>/``.
+- ``RESULTS:<dir>``: the tables ``attnlab report`` computes from the raw run logs in ``results/<dir>/``;
+- ``TASKS``: the task registry (:mod:`attnlab.tasks`): each task's summary, defaults and computed chance accuracy.
 
 Blocks with other names (the hand-written ``MAGNITUDE-TEXT`` and the like) are left alone. tests/test_docs.py
 imports this file and checks that every committed block equals what it generates, so the text cannot drift from
@@ -27,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)?):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
-GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:")
+GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS")
 
 
 def pages() -> list[Path]:
@@ -135,6 +136,22 @@ def switches_table(class_name: str, to_docs: str = "") -> str:
     return "\n".join(rows) + "\n"
 
 
+# --------------------------------------------------------------------------------------------------------- tasks
+
+
+def tasks_table(to_docs: str = "") -> str:
+    """The task registry as a Markdown table: name, what it is, its parameters' defaults, chance accuracy."""
+    from attnlab.tasks import get_task, task_names
+
+    rows = ["| task | what it is | defaults | chance |", "|---|---|---|---|"]
+    for name in task_names():
+        task = get_task(name)
+        params = ", ".join(f"{f.name}={getattr(task, f.name)}" for f in dataclasses.fields(task))
+        rows.append(f"| `{name}` | {link_seeds(cell(task.summary), to_docs)} | {cell(params)} (vocab "
+                    f"{task.vocab_size}) | {task.chance_accuracy():.2%} |")
+    return "\n".join(rows) + "\n"
+
+
 # ------------------------------------------------------------------------------------------------------- results
 
 
@@ -158,6 +175,8 @@ def render(name: str, page: Path) -> str | None:
         return switches_table(name.split(":", 1)[1], to_docs)
     if name.startswith("RESULTS:"):
         return results_block(name.split(":", 1)[1])
+    if name == "TASKS":
+        return tasks_table(to_docs)
     return None
 
 
