@@ -27,7 +27,8 @@ SIZES = {
     "selective-copy": [{}, SelectiveCopy.tiny_params, {"n_symbols": 2, "n_copy": 10, "seq_len": 20}],
     "noisy-recall": [{}, NoisyRecall.tiny_params, {"n_pairs": 3, "n_keys": 3, "n_noise": 0, "seq_len": 9}],
     "hijack": [{}, Hijack.tiny_params, {"m": 0, "m_max": 64}, {"m": 67}, {"n_marked": 1, "n_keys": 2, "seq_len": 6},
-               {"n_marked": 3, "m": 1, "m_max": 4, "seq_len": 21}],
+               {"n_marked": 3, "m": 1, "m_max": 4, "seq_len": 21}, {"n_queries": 4, "m": 0, "m_max": 64, "seq_len": 163},
+               {"n_marked": 3, "n_queries": 3, "m": 2, "seq_len": 24, "n_keys": 5, "n_values": 5}],
 }
 CASES = [(name, params) for name, sizes in SIZES.items() for params in sizes]
 CASE_IDS = [f"{name}-{i}" for name, sizes in SIZES.items() for i in range(len(sizes))]
@@ -137,8 +138,8 @@ class HijackParse:
 
 def parse_hijack(task: Hijack, row) -> HijackParse:
     """Filler 0, marker 1, query token 2, keys 3..n_keys+2, values above. Records ``* key value`` (marked) and
-    ``key value`` (unmarked) after an optional filler, then ``? key`` at the end. The answer is the value of the
-    marked binding of the query's key."""
+    ``key value`` (unmarked) after an optional filler, then queries ``? key value``, the last one ``? key`` cut off
+    by the end of x (the hijack query). A query's answer is the value of the marked binding of its key."""
     row = [int(t) for t in row]
     is_key = lambda t: 3 <= t < 3 + task.n_keys
     is_value = lambda t: t >= 3 + task.n_keys
@@ -147,19 +148,28 @@ def parse_hijack(task: Hijack, row) -> HijackParse:
         t += 1
     assert t <= 1, "at most one filler token, at the start"
     records = []  # (marked, key position, key, value)
-    while row[t] != 2:
+    while row[t] != 2:  # the records
         marked = row[t] == 1
         t += marked
         assert is_key(row[t]) and is_value(row[t + 1]), f"a record is [*] key value, at {t}"
         records.append((marked, t, row[t], row[t + 1]))
         t += 2
-    assert t == len(row) - 2 and is_key(row[-1]), "the query ? key closes the sequence"
+    expected = [-1] * len(row)
+    asked = []
+    while t < len(row):  # the queries
+        assert row[t] == 2 and is_key(row[t + 1]), f"a query is ? key [value], at {t}"
+        key = row[t + 1]
+        marked = [r for r in records if r[0] and r[2] == key]
+        assert len(marked) == 1, "(c) exactly one marked binding of a query's key"
+        expected[t + 1] = marked[0][3]
+        if t + 2 < len(row):
+            assert row[t + 2] == marked[0][3], "a query's value (teacher forced) is its answer"
+        asked.append(key)
+        t += 3
+    assert t == len(row) + 1 and len(set(asked)) == len(asked) == task.n_queries, "the last query ends x"
     query_key = row[-1]
     unique = [r for r in records if r[0] and r[2] == query_key]
     cluster = [r for r in records if not r[0] and r[2] == query_key]
-    assert len(unique) == 1, "(c) exactly one marked binding of the query's key"
-    expected = [-1] * len(row)
-    expected[-1] = unique[0][3]
     return HijackParse(expected, unique[0][3], query_key, len(row) - 1, [r[1] for r in unique],
                        [r[1] for r in cluster], {r[3] for r in cluster}, [r[2] for r in records if r[0]])
 
@@ -240,6 +250,8 @@ def test_answer_counts():
     assert ((y >= 0).sum(1) == 5).all()
     _, y = Hijack().sample(10, np.random.default_rng(0))
     assert ((y >= 0).sum(1) == 1).all() and (y[:, -1] >= 0).all()
+    _, y = Hijack(n_queries=3, seq_len=120).sample(10, np.random.default_rng(0))
+    assert ((y >= 0).sum(1) == 3).all() and (y[:, -1] >= 0).all()
 
 
 def test_mqar_query_distances_vary():
@@ -251,11 +263,12 @@ def test_mqar_query_distances_vary():
 # ------------------------------------------------------------------------------------------ hijack: (b) and (c)
 
 
+@pytest.mark.parametrize("n_queries,seq_len", [(1, 160), (4, 163)])
 @pytest.mark.parametrize("m", [0, 4, 16, 64])
-def test_hijack_cluster_is_m_copies_of_one_key_and_the_answer_is_determined(m):
-    task = Hijack(m=m)
+def test_hijack_cluster_is_m_copies_of_one_key_and_the_answer_is_determined(m, n_queries, seq_len):
+    task = Hijack(m=m, n_queries=n_queries, seq_len=seq_len)
     x, y = task.sample(100, np.random.default_rng(m))
-    assert x.shape == (100, 160)  # the length does not depend on m
+    assert x.shape == (100, seq_len)  # the length does not depend on m
     roles = task.roles(x)
     assert roles.dtype == np.int8 and roles.shape == x.shape
     for row, targets, row_roles in zip(x, y, roles):
@@ -263,7 +276,7 @@ def test_hijack_cluster_is_m_copies_of_one_key_and_the_answer_is_determined(m):
         # (c): exactly one marked binding of the query's key (checked in the parser), distinct marked keys, and the
         # target is its value
         assert len(set(p.marked_keys)) == len(p.marked_keys) == task.n_marked
-        assert targets.tolist() == p.expected and targets[-1] == p.answer
+        assert targets.tolist() == p.expected and targets[-1] == p.answer and (targets >= 0).sum() == n_queries
         # (b): exactly m unmarked copies of that same key token, all bound to one distractor value, not the answer
         assert len(p.cluster_pos) == m and all(row[i] == row[p.unique_pos[0]] for i in p.cluster_pos)
         assert len(p.cluster_values) == (1 if m else 0) and p.answer not in p.cluster_values
@@ -369,6 +382,8 @@ BAD = [
     ("hijack", {"m": True}, "data.task.m=True must be an integer"),
     ("hijack", {"n_marked": 0}, "data.task.n_marked=0 is out of range; allowed 1..32"),
     ("hijack", {"n_keys": 1}, "data.task.n_keys=1 is out of range; allowed >= 2"),
+    ("hijack", {"n_queries": 9}, "data.task.n_queries=9 is out of range; allowed 1..8"),
+    ("hijack", {"n_queries": 4, "m": 65}, "data.task.m=65 is out of range; allowed 0..62"),
 ]
 
 

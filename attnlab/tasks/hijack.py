@@ -26,8 +26,8 @@ class Hijack(Task):
 
     Format. Token ids: ``0`` is the filler ``_``, ``1`` the marker ``*``, ``2`` the query token ``?``; keys
     ``k0..`` are ``3..n_keys+2``; values ``v0..`` are ``n_keys+3..n_keys+n_values+2``. The stream of T + 1 tokens
-    is: one filler token when the parity needs it; then the *records*, in random order; then the query
-    ``? k v``. The records are
+    is: one filler token when the parity needs it; then the *records*, in random order; then ``n_queries``
+    queries ``? key value``, the last of them the hijack query ``? k v``. The records are
 
     - ``n_marked`` marked bindings ``* key value`` with distinct keys and values drawn uniformly; the first of them
       is the *target* binding ``* k v``;
@@ -36,9 +36,14 @@ class Hijack(Task):
     - ``capacity - m`` neutral bindings ``key value``, unmarked, each key drawn uniformly from the keys other than k
       (they may repeat a marked key) and each value uniformly;
 
-    where ``capacity = (T + 1 - 3 - 3 * n_marked) // 2``, so the length does not depend on m. The query asks for
-    k's *marked* binding; the only answer position is the last one (after reading the query's ``k``, the model must
-    give v). With ``m_max`` set, each sequence draws its own m uniformly from m..m_max.
+    where ``capacity = (T + 1 - 3 * n_marked - 3 * n_queries) // 2``, so the length does not depend on m. A query
+    asks for its key's *marked* binding; the answer positions are the query keys (after reading a query's key, the
+    model must give the value of that key's marked binding). The last query is the hijack query: it asks for k, at
+    the last position (after reading it the model must give v). The ``n_queries - 1`` queries before it ask other
+    marked keys, distinct, in random order: they are not hijacked (a control, and more answers to learn from).
+    Keep n_queries well below n_marked: the last query's answer is otherwise narrowed down by elimination (with
+    n_queries = n_marked it is the one marked value not asked yet). With ``m_max`` set, each sequence draws its
+    own m uniformly from m..m_max.
 
     The design argument. (a) At m = 0 this is ordinary associative recall among n_marked marked bindings (plus
     unmarked bindings of other keys), which standard attention solves. (b) The m cluster copies are exact
@@ -51,19 +56,24 @@ class Hijack(Task):
     common, so "the marked key that repeats" is no shortcut. (c) The answer is always determined by the context:
     exactly one marked binding has the query's key, and d differs from v.
 
-    :meth:`roles` marks the target's key position 1, each cluster copy's key position 2 and the query position 3
-    (each binding's value is at the next position). Chance: v is uniform over the values and independent of the
-    visible token and of the position, so a predictor that ignores the context reaches ``1 / n_values`` (0.03125
-    at the defaults); a fully hijacked model answers d and scores 0.
+    :meth:`roles` marks the target's key position 1, each cluster copy's key position 2 and the hijack query's
+    position 3, always the last (each binding's value is at the next position). With n_queries > 1 the accuracy
+    that measures hijacking is the accuracy at the role-3 position; the other queries' accuracy is a control.
+    Chance: every answer is a value drawn uniformly, independent of the visible token and of the position, so a
+    predictor that ignores the context reaches ``1 / n_values`` (0.03125 at the defaults); a fully hijacked model
+    answers d at the hijack query and scores 0 there.
 
-    Defaults: T = 160 holds 8 marked bindings and a capacity of 67 unmarked ones, so m can be swept over 0..67
-    (e.g. 0, 4, 16, 64) at a fixed length. The sweep protocol: train on ``m=0, m_max=64`` (each sequence its
-    own m), then evaluate each m alone with :meth:`at_m`.
+    Defaults: T = 160 holds 8 marked bindings, one query and a capacity of 67 unmarked bindings, so m can be swept
+    over 0..67 (e.g. 0, 4, 16, 64) at a fixed length. The sweep protocol: train on ``m=0, m_max=64`` (each
+    sequence its own m), then evaluate each m alone with :meth:`at_m`. With n_queries = 4 at m up to 64, use
+    T = 163 (capacity 64). Learnability is slow: on CPU, 2-layer GPTs of width 32 and 64 at m = 0 and T of 8 to
+    32 stayed on the plateau "answer one of the marked values" for 2000 to 4000 steps, with one query per
+    sequence and with several, while MQAR at similar sizes was learned within 800 steps.
 
     Example (``Hijack.tiny().example()``)::
 
         >>> print(Hijack.tiny().example())
-        hijack(n_marked=2, n_keys=4, n_values=4, m=2, m_max=None, seq_len=16); chance 0.2500
+        hijack(n_marked=2, n_keys=4, n_values=4, n_queries=1, m=2, m_max=None, seq_len=16); chance 0.2500
         x * k2 v3 k3 v2 k2 v2 k1 v2 * k3 v0 k3 v2 ? k3
         y - -  -  -  -  -  -  -  -  - -  -  -  -  - v0
     """
@@ -79,6 +89,8 @@ class Hijack(Task):
     """Keys in the vocabulary (at least 2)."""
     n_values: int = 32
     """Values in the vocabulary (at least 2); chance accuracy is 1 / n_values."""
+    n_queries: int = 1
+    """Queries per sequence (1..n_marked), each a distinct marked key; the last is the hijack query."""
     m: int = 0
     """Cluster size: unmarked copies of the queried key bound to the distractor (0..capacity); with m_max set, the
     smallest size drawn."""
@@ -86,7 +98,7 @@ class Hijack(Task):
     """If set, each sequence draws its cluster size uniformly from m..m_max (m..capacity); unset: every sequence
     has m."""
     seq_len: int = 160
-    """T, the tokens of x and of y; it sets the capacity, (T + 1 - 3 - 3 * n_marked) // 2 unmarked bindings."""
+    """T, the tokens of x and of y; it sets the capacity, (T + 1 - 3 * n_marked - 3 * n_queries) // 2."""
 
     def __post_init__(self):
         check_int("seq_len", self.seq_len, 5)
@@ -95,8 +107,11 @@ class Hijack(Task):
         check_int("n_marked", self.n_marked, 1, min(self.n_keys, (self.seq_len - 2) // 3),
                   f"n_marked <= n_keys = {self.n_keys}, and 3 * n_marked tokens plus the query must fit in "
                   f"seq_len + 1 = {self.seq_len + 1}")
-        why = (f"capacity = (seq_len + 1 - 3 - 3 * n_marked) // 2 = {self.capacity} unmarked bindings at "
-               f"seq_len={self.seq_len}, n_marked={self.n_marked}")
+        check_int("n_queries", self.n_queries, 1, min(self.n_marked, (self.seq_len + 1) // 3 - self.n_marked),
+                  f"n_queries <= n_marked = {self.n_marked}, and 3 * (n_marked + n_queries) tokens must fit in "
+                  f"seq_len + 1 = {self.seq_len + 1}")
+        why = (f"capacity = (seq_len + 1 - 3 * n_marked - 3 * n_queries) // 2 = {self.capacity} unmarked bindings "
+               f"at seq_len={self.seq_len}, n_marked={self.n_marked}, n_queries={self.n_queries}")
         check_int("m", self.m, 0, self.capacity, why)
         if self.m_max is not None:
             check_int("m_max", self.m_max, self.m, self.capacity, "at least m; " + why)
@@ -104,7 +119,7 @@ class Hijack(Task):
     @property
     def capacity(self) -> int:
         """The unmarked bindings per sequence (cluster copies plus neutral ones), the largest m allowed."""
-        return (self.seq_len + 1 - 3 - 3 * self.n_marked) // 2
+        return (self.seq_len + 1 - 3 * self.n_marked - 3 * self.n_queries) // 2
 
     @property
     def vocab_size(self) -> int:
@@ -125,8 +140,8 @@ class Hijack(Task):
         return 1.0 / self.n_values
 
     def _stream(self, n, rng):
-        total, marked, cap = self.seq_len + 1, self.n_marked, self.capacity
-        lead = total - 3 - 3 * marked - 2 * cap  # 0 or 1 filler token
+        total, marked, cap, queries = self.seq_len + 1, self.n_marked, self.capacity, self.n_queries
+        lead = total - 3 * queries - 3 * marked - 2 * cap  # 0 or 1 filler token
         high = self.m if self.m_max is None else self.m_max
         m = rng.integers(self.m, high + 1, size=n)
 
@@ -160,11 +175,13 @@ class Hijack(Task):
         stream[rows[is_marked], start[is_marked]] = MARK
         stream[rows, key_pos] = key
         stream[rows, key_pos + 1] = value
-        stream[:, -3] = QUERY
-        stream[:, -2] = target
-        stream[:, -1] = answer_value + 3 + self.n_keys
+        asked = np.concatenate([distinct(rng, n, marked - 1, queries - 1) + 1, np.zeros((n, 1), np.int64)], axis=1)
+        first = total - 3 * queries  # the queries: other marked items in random order, then the target (item 0)
+        stream[:, first::3] = QUERY
+        stream[:, first + 1::3] = np.take_along_axis(keys, asked, axis=1)
+        stream[:, first + 2::3] = np.take_along_axis(values, asked, axis=1) + 3 + self.n_keys
         answer = np.zeros((n, self.seq_len), dtype=bool)
-        answer[:, -1] = True
+        answer[:, first + 1::3] = True
         return stream, answer
 
     def roles(self, x: np.ndarray) -> np.ndarray:
@@ -179,7 +196,7 @@ class Hijack(Task):
         after_mark = np.zeros(x.shape, dtype=bool)
         after_mark[:, 1:] = x[:, :-1] == MARK
         body = np.ones(x.shape, dtype=bool)
-        body[:, -1] = False
+        body[:, x.shape[1] + 1 - 3 * self.n_queries:] = False  # the query section
         hit = (x == query_key) & body
         roles = np.zeros(x.shape, dtype=np.int8)
         roles[hit & after_mark] = UNIQUE
