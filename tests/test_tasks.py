@@ -462,3 +462,40 @@ def test_tasks_import_nothing_but_numpy_and_errors():
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
                 assert all(n.split(".")[0] in ("numpy", "dataclasses", "typing", "__future__") for n in names), names
+
+
+# ------------------------------------------------------------------------------------ hijack (a): attention solves m = 0
+
+HIJACK_A = {"n_marked": 4, "n_queries": 2, "n_keys": 8, "n_values": 8, "m": 0, "seq_len": 23}
+HIJACK_A_STEPS = 3000
+
+
+@pytest.mark.slow
+def test_hijack_at_m0_is_learned_by_standard_attention():
+    """(a): a 2-layer, 64-wide attnlab GPT with standard attention, trained with a plain torch loop on hijack at
+    m = 0, answers the hijack query (the role-3 position) correctly. Slow: recall is learned only after a long
+    plateau (see the Hijack docstring), so this takes minutes on one CPU thread."""
+    import torch
+
+    import attnlab
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    task = Hijack(**HIJACK_A)
+    model = attnlab.GPT(attnlab.GPTConfig(vocab_size=task.vocab_size, block_size=task.seq_len, n_layer=2,
+                                          n_head=2, n_embd=64))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    rng = np.random.default_rng(0)
+    for _ in range(HIJACK_A_STEPS):
+        x, y = task.sample(128, rng)
+        _, loss = model(torch.from_numpy(x), torch.from_numpy(y))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    x, y = task.sample(2000, np.random.default_rng(123))
+    with torch.no_grad():
+        guess = model(torch.from_numpy(x))[0].argmax(-1).numpy()
+    hijack_query = task.roles(x) == 3
+    answers = y >= 0
+    assert (guess[hijack_query] == y[hijack_query]).mean() > 0.9
+    assert (guess[answers] == y[answers]).mean() > 0.9

@@ -66,9 +66,11 @@ class Hijack(Task):
     Defaults: T = 160 holds 8 marked bindings, one query and a capacity of 67 unmarked bindings, so m can be swept
     over 0..67 (e.g. 0, 4, 16, 64) at a fixed length. The sweep protocol: train on ``m=0, m_max=64`` (each
     sequence its own m), then evaluate each m alone with :meth:`at_m`. With n_queries = 4 at m up to 64, use
-    T = 163 (capacity 64). Learnability is slow: on CPU, 2-layer GPTs of width 32 and 64 at m = 0 and T of 8 to
-    32 stayed on the plateau "answer one of the marked values" for 2000 to 4000 steps, with one query per
-    sequence and with several, while MQAR at similar sizes was learned within 800 steps.
+    T = 163 (capacity 64). Learnability (measured on CPU at m = 0, 2-layer GPTs, batch 64 to 256): with one query
+    per sequence the models stayed on the plateau "answer one of the marked values" (accuracy ~0.39 with 4 marked
+    bindings) for 4000 steps and more; with ``n_queries=2`` (4 marked, 8 keys, 8 values, T = 23, width 64,
+    lr 1e-3, batch 128) the recall was learned between steps 1500 and 2000, to accuracy 1.0. So train with a few
+    queries and measure hijacking at the role-3 position.
 
     Example (``Hijack.tiny().example()``)::
 
