@@ -26,8 +26,8 @@ SIZES = {
     "induction": [{}, Induction.tiny_params, {"n_symbols": 9, "copy_len": 9, "seq_len": 20}],
     "selective-copy": [{}, SelectiveCopy.tiny_params, {"n_symbols": 2, "n_copy": 10, "seq_len": 20}],
     "noisy-recall": [{}, NoisyRecall.tiny_params, {"n_pairs": 3, "n_keys": 3, "n_noise": 0, "seq_len": 9}],
-    "hijack": [{}, Hijack.tiny_params, {"m": 0, "m_max": 64}, {"m": 67}, {"n_marked": 1, "n_keys": 2, "seq_len": 6},
-               {"n_marked": 3, "m": 1, "m_max": 4, "seq_len": 21}, {"n_queries": 4, "m": 0, "m_max": 64, "seq_len": 163},
+    "hijack": [{}, Hijack.tiny_params, {"m": 0, "m_max": 64}, {"m": 65}, {"n_marked": 1, "n_keys": 2, "n_queries": 1, "seq_len": 6},
+               {"n_marked": 3, "n_queries": 1, "m": 1, "m_max": 4, "seq_len": 21}, {"n_queries": 4, "m": 0, "m_max": 64, "seq_len": 163},
                {"n_marked": 3, "n_queries": 3, "m": 2, "seq_len": 24, "n_keys": 5, "n_values": 5}],
 }
 CASES = [(name, params) for name, sizes in SIZES.items() for params in sizes]
@@ -248,7 +248,7 @@ def test_answer_counts():
     assert ((y >= 0).sum(1) == 7).all()
     _, y = SelectiveCopy(n_copy=5).sample(10, np.random.default_rng(0))
     assert ((y >= 0).sum(1) == 5).all()
-    _, y = Hijack().sample(10, np.random.default_rng(0))
+    _, y = Hijack(n_queries=1).sample(10, np.random.default_rng(0))
     assert ((y >= 0).sum(1) == 1).all() and (y[:, -1] >= 0).all()
     _, y = Hijack(n_queries=3, seq_len=120).sample(10, np.random.default_rng(0))
     assert ((y >= 0).sum(1) == 3).all() and (y[:, -1] >= 0).all()
@@ -374,11 +374,11 @@ BAD = [
     ("selective-copy", {"n_symbols": 1}, "data.task.n_symbols=1 is out of range; allowed >= 2"),
     ("noisy-recall", {"n_noise": 48}, "data.task.n_noise=48 is out of range; allowed 0..47"),
     ("noisy-recall", {"n_pairs": 17}, "data.task.n_pairs=17 is out of range; allowed 1..16"),
-    ("hijack", {"m": 68}, "data.task.m=68 is out of range; allowed 0..67 (capacity = "),
-    ("hijack", {"m": -1}, "data.task.m=-1 is out of range; allowed 0..67"),
-    ("hijack", {"m_max": 100}, "data.task.m_max=100 is out of range; allowed 0..67"),
-    ("hijack", {"m": 10, "m_max": 4}, "data.task.m_max=4 is out of range; allowed 10..67"),
-    ("hijack", {"m": 64, "seq_len": 120}, "data.task.m=64 is out of range; allowed 0..47"),
+    ("hijack", {"m": 66}, "data.task.m=66 is out of range; allowed 0..65 (capacity = "),
+    ("hijack", {"m": -1}, "data.task.m=-1 is out of range; allowed 0..65"),
+    ("hijack", {"m_max": 100}, "data.task.m_max=100 is out of range; allowed 0..65"),
+    ("hijack", {"m": 10, "m_max": 4}, "data.task.m_max=4 is out of range; allowed 10..65"),
+    ("hijack", {"m": 64, "seq_len": 120}, "data.task.m=64 is out of range; allowed 0..45"),
     ("hijack", {"m": True}, "data.task.m=True must be an integer"),
     ("hijack", {"n_marked": 0}, "data.task.n_marked=0 is out of range; allowed 1..32"),
     ("hijack", {"n_keys": 1}, "data.task.n_keys=1 is out of range; allowed >= 2"),
@@ -398,7 +398,7 @@ def test_bad_parameters_give_one_line_naming_the_range(name, params, message):
 def test_direct_construction_checks_too():
     with pytest.raises(ConfigError, match="did you mean 'n_pairs'"):
         MQAR(n_pair=3)
-    with pytest.raises(ConfigError, match=r"data.task.m=70 is out of range; allowed 0..67"):
+    with pytest.raises(ConfigError, match=r"data.task.m=70 is out of range; allowed 0..65"):
         Hijack().replace(m=70)
 
 

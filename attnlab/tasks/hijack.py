@@ -63,8 +63,8 @@ class Hijack(Task):
     predictor that ignores the context reaches ``1 / n_values`` (0.03125 at the defaults); a fully hijacked model
     answers d at the hijack query and scores 0 there.
 
-    Defaults: T = 160 holds 8 marked bindings, one query and a capacity of 67 unmarked bindings, so m can be swept
-    over 0..67 (e.g. 0, 4, 16, 64) at a fixed length. The sweep protocol: train on ``m=0, m_max=64`` (each
+    Defaults: T = 160 holds 8 marked bindings, two queries and a capacity of 65 unmarked bindings, so m can be
+    swept over 0..65 (e.g. 0, 4, 16, 64) at a fixed length. The sweep protocol: train on ``m=0, m_max=64`` (each
     sequence its own m), then evaluate each m alone with :meth:`at_m`. With n_queries = 4 at m up to 64, use
     T = 163 (capacity 64). Learnability (measured on CPU at m = 0, 2-layer GPTs, batch 64 to 256): with one query
     per sequence the models stayed on the plateau "answer one of the marked values" (accuracy ~0.39 with 4 marked
@@ -83,7 +83,7 @@ class Hijack(Task):
     name: ClassVar[str] = "hijack"
     summary: ClassVar[str] = ("recall a marked binding while m unmarked copies of its key compete for the query's "
                               "attention (seed 000)")
-    tiny_params: ClassVar[dict] = {"n_marked": 2, "n_keys": 4, "n_values": 4, "m": 2, "seq_len": 16}
+    tiny_params: ClassVar[dict] = {"n_marked": 2, "n_keys": 4, "n_values": 4, "n_queries": 1, "m": 2, "seq_len": 16}
 
     n_marked: int = 8
     """Marked bindings per sequence, distinct keys, one of them the queried one (1..n_keys)."""
@@ -91,8 +91,8 @@ class Hijack(Task):
     """Keys in the vocabulary (at least 2)."""
     n_values: int = 32
     """Values in the vocabulary (at least 2); chance accuracy is 1 / n_values."""
-    n_queries: int = 1
-    """Queries per sequence (1..n_marked), each a distinct marked key; the last is the hijack query."""
+    n_queries: int = 2
+    """Queries per sequence (1..n_marked), each a distinct marked key; the last is the hijack query (role 3)."""
     m: int = 0
     """Cluster size: unmarked copies of the queried key bound to the distractor (0..capacity); with m_max set, the
     smallest size drawn."""
