@@ -11,7 +11,6 @@ import ast
 import dataclasses
 import doctest
 import inspect
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -26,8 +25,10 @@ SIZES = {
     "induction": [{}, Induction.tiny_params, {"n_symbols": 9, "copy_len": 9, "seq_len": 20}],
     "selective-copy": [{}, SelectiveCopy.tiny_params, {"n_symbols": 2, "n_copy": 10, "seq_len": 20}],
     "noisy-recall": [{}, NoisyRecall.tiny_params, {"n_pairs": 3, "n_keys": 3, "n_noise": 0, "seq_len": 9}],
-    "hijack": [{}, Hijack.tiny_params, {"m": 0, "m_max": 64}, {"m": 65}, {"n_marked": 1, "n_keys": 2, "n_queries": 1, "seq_len": 6},
-               {"n_marked": 3, "n_queries": 1, "m": 1, "m_max": 4, "seq_len": 21}, {"n_queries": 4, "m": 0, "m_max": 64, "seq_len": 163},
+    "hijack": [{}, Hijack.tiny_params, {"m": 0, "m_max": 64}, {"m": 65},
+               {"n_marked": 1, "n_keys": 2, "n_queries": 1, "seq_len": 6},
+               {"n_marked": 3, "n_queries": 1, "m": 1, "m_max": 4, "seq_len": 21},
+               {"n_queries": 4, "m": 0, "m_max": 64, "seq_len": 163},
                {"n_marked": 3, "n_queries": 3, "m": 2, "seq_len": 24, "n_keys": 5, "n_values": 5}],
 }
 CASES = [(name, params) for name, sizes in SIZES.items() for params in sizes]
@@ -464,7 +465,7 @@ def test_tasks_import_nothing_but_numpy_and_errors():
                 assert all(n.split(".")[0] in ("numpy", "dataclasses", "typing", "__future__") for n in names), names
 
 
-# ------------------------------------------------------------------------------------ hijack (a): attention solves m = 0
+# ------------------------------------------------------------------------------- hijack (a): attention solves m = 0
 
 HIJACK_A = {"n_marked": 4, "n_queries": 2, "n_keys": 8, "n_values": 8, "m": 0, "seq_len": 23}
 HIJACK_A_STEPS = 3000
