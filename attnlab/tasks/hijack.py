@@ -46,7 +46,8 @@ class Hijack(Task):
     own m uniformly from m..m_max.
 
     The design argument. (a) At m = 0 this is ordinary associative recall among n_marked marked bindings (plus
-    unmarked bindings of other keys), which standard attention solves. (b) The m cluster copies are exact
+    unmarked bindings of other keys), which standard attention solves (tests/test_tasks.py trains a 2-layer GPT to
+    it; a slow test). (b) The m cluster copies are exact
     repeats of the target's key token, i.e. a true cluster: a query that matches the key's identity with score s
     and the marker with an extra margin g gives the target binding the share e^g / (e^g + m) of the mass on k's
     occurrences, so as m grows the cluster's summed mass overtakes the unique key unless g grows like log m
