@@ -160,8 +160,12 @@ def test_attention_mass_against_a_hand_count():
                         sums[k] += sum(maps[layer][b, head, i, j].item() for j in np.flatnonzero(roles[b] == role))
             assert got["unique"][layer, head] == pytest.approx(sums[0] / n, abs=1e-6)
             assert got["cluster"][layer, head] == pytest.approx(sums[1] / n, abs=1e-6)
-    assert got["n_queries"] == n and 0 <= got["accuracy"] <= 1
+    assert got["n_queries"] == n
+    logits = model(torch.as_tensor(x))[0]
+    at = (roles == 3) & (y >= 0)
+    assert got["accuracy"] == pytest.approx(float((logits.argmax(-1).numpy() == y)[at].mean()), abs=1e-12)
     assert (roles == 2).sum(1).tolist() == [4] * 5  # m = 4 cluster keys in every sequence
+    one_line_error(lambda: attention_mass(model, get_task("mqar"), n=2), "mqar", "does not mark key roles")
 
 
 def test_cli_tasks_and_mass(tmp_path, capsys):
@@ -176,6 +180,6 @@ def test_cli_tasks_and_mass(tmp_path, capsys):
     train(cfg, quiet=True)
     assert main(["mass", str(run), "m=8", "m_max=none", "--n", "4"]) == 0
     out = capsys.readouterr().out
-    assert "| layer | unique key" in out and "answer accuracy" in out
+    assert "| layer | unique key" in out and "accuracy at them" in out
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
     assert math.isfinite(json.loads((run / "summary.json").read_text())["final_val_loss"])

@@ -27,13 +27,13 @@ __all__ = ["attention_mass", "format_mass"]
 @torch.no_grad()
 def attention_mass(model, task, n: int = 256, seed: int = 0, batch_size: int = 64) -> dict:
     """{"unique": [L, H], "cluster": [L, H], "n_queries": int, "accuracy": float} for ``n`` sequences of ``task``
-    drawn from ``numpy.random.default_rng(seed)``; accuracy is the model's exact-match accuracy at the answers."""
-    roles_of = getattr(task, "roles", None)
-    if roles_of is None:
-        raise ConfigError(f"task {getattr(task, 'name', task)!r} does not mark key roles; attention mass is measured "
-                          f"on tasks that do (hijack)")
+    drawn from ``numpy.random.default_rng(seed)``; accuracy is the model's exact-match accuracy at the measured
+    query positions (role 3: hijack's final query; its other queries are controls, not counted here)."""
     x_all, y_all = task.sample(n, np.random.default_rng(seed))
-    roles_all = roles_of(x_all)
+    roles_all = task.roles(x_all)
+    if roles_all is None:
+        raise ConfigError(f"task {task.name!r} does not mark key roles; attention mass is measured on tasks that do "
+                          f"(hijack)")
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -52,7 +52,7 @@ def attention_mass(model, task, n: int = 256, seed: int = 0, batch_size: int = 6
                 sums[k] += (on_role * query[None, :, None, :]).sum(dim=(1, 3)).double().cpu()
             queries += int(query.sum())
             logits, _ = model(x)
-            answer = y >= 0
+            answer = (y >= 0) & query
             correct += int((logits.argmax(-1) == y)[answer].sum())
             answers += int(answer.sum())
     finally:
@@ -71,4 +71,4 @@ def format_mass(mass: dict) -> str:
     for layer, (u, c) in enumerate(zip(mass["unique"], mass["cluster"])):
         h = int(np.argmax(u))
         lines.append(f"| {layer} | {u.mean():.4f} | {c.mean():.4f} | head {h}: {u[h]:.4f} / {c[h]:.4f} |")
-    return "\n".join(lines) + f"\n\n{mass['n_queries']} queries; answer accuracy {mass['accuracy']:.2%}.\n"
+    return "\n".join(lines) + f"\n\n{mass['n_queries']} queries; accuracy at them {mass['accuracy']:.2%}.\n"
