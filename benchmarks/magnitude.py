@@ -4,7 +4,8 @@ Rows (batch 8, heads 8, head_dim 64, forward+backward; the targets of "Magnitude
   global-cg        magnitude="global", solver="cg", 5 iterations, bidirectional (causal=false): seq 512, <= 1.5x
   magnitude-causal key j's weight inside its own prefix (one Cholesky factor):                  seq 256, <= 2x
   magnitude-prefix key j's weight inside query i's prefix (explicit attention path):             seq 256, <= 3x
-plus magnitude-causal and magnitude-prefix at seq 512 (no target; the README's speed table measured them there).
+plus magnitude-causal and magnitude-prefix at seq 512 (no target; the README's speed table measured them there), and
+the logit-prior forms (magnitude_apply="logits", issue 15's control) at seq 256 (no target).
 
 Conventions of benchmarks/attention_layer.py (its helpers are imported, not copied): the reference is a layer with
 the same q/k/v/out projections around one F.scaled_dot_product_attention call (is_causal as the variant's), timed
@@ -46,10 +47,12 @@ FORMS = {
     "global-cg": ({"magnitude": "global", "magnitude_solver": "cg", "magnitude_cg_iters": 5, "causal": False}, False),
     "magnitude-causal": ("magnitude-causal", True),
     "magnitude-prefix": ("magnitude-prefix", True),
+    "magnitude-causal-logits": ("magnitude-causal-logits", True),  # the weights as a logit prior (no target)
+    "magnitude-prefix-logits": ("magnitude-prefix-logits", True),
 }
 TARGETS = {("global-cg", 512): 1.5, ("magnitude-causal", 256): 2.0, ("magnitude-prefix", 256): 3.0}
 DEFAULT_ROWS = ["global-cg:512", "magnitude-causal:256", "magnitude-prefix:256", "magnitude-causal:512",
-                "magnitude-prefix:512"]
+                "magnitude-prefix:512", "magnitude-causal-logits:256", "magnitude-prefix-logits:256"]
 
 
 class RawSDPABidirectional(RawSDPALayer):
