@@ -183,3 +183,13 @@ def test_cli_tasks_and_mass(tmp_path, capsys):
     assert "| layer | unique key" in out and "accuracy at them" in out
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
     assert math.isfinite(json.loads((run / "summary.json").read_text())["final_val_loss"])
+
+
+def test_a_task_comparisons_report_names_the_task(tmp_path):
+    from attnlab.experiments.compare import check_or_write_spec, spec_dict
+    from attnlab.experiments.report import write_report
+
+    base = apply_overrides(load_preset("tiny"), TASK)
+    check_or_write_spec(tmp_path, spec_dict(base, ["standard"], [0]))
+    text = write_report(tmp_path).read_text()  # no run has finished yet: the settings are still reported
+    assert "source=task:mqar" in text and "task={'n_pairs': 4, 'n_keys': 8, 'n_values': 8, 'seq_len': 24}" in text

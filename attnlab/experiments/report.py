@@ -170,8 +170,8 @@ def _settings(spec: dict) -> dict:
         "grad_accum": accum,
         "tokens_per_step": per_step,
         "token_budget": steps * per_step if None not in (steps, per_step) else None,
-        "data": {k: data[k] for k in ("source", "tokenizer", "vocab_size", "val_fraction")
-                 if k in data and (k != "vocab_size" or data.get("tokenizer") == "bpe")},
+        "data": {k: data[k] for k in ("source", "tokenizer", "vocab_size", "val_fraction", "task")
+                 if k in data and (k != "vocab_size" or data.get("tokenizer") == "bpe") and (k != "task" or data[k])},
         "model": {k: model[k] for k in ("n_layer", "n_head", "n_embd", "dropout", "pos_encoding") if k in model},
         "train": {k: train[k] for k in ("lr", "min_lr", "warmup_steps", "eval_tokens", "device", "dtype")
                   if k in train},
