@@ -80,7 +80,7 @@ class MagnitudeGate(nn.Module):
             k = k.float()  # no half-precision Cholesky; at eps = 1e-3 float32 moves gates by < 1e-3 (measure_gates)
         if self.kernel == "gaussian":
             return gaussian_key_weights(k, self.t.to(k.dtype), self.eps, form=self.form, solver=self.solver,
-                                          max_iter=self.cg_iters, with_residual=with_residual)
+                                        max_iter=self.cg_iters, with_residual=with_residual)
         z = M.similarity(k, self.t.to(k.dtype), self.kernel)
         if self.form == "global":
             mu, info = M.solve_weights(z, self.eps, solver=self.solver, max_iter=self.cg_iters)
