@@ -9,7 +9,8 @@ A run directory (``attnlab train``)::
     .lock             one writer at a time (attnlab.lock)
 
 A comparison directory (``attnlab compare``): ``compare.toml`` (the grid), ``<variant>/seed<k>/`` run
-directories, ``logs/``, and the report's ``report.md``, ``results.json``, ``loss_curves.png``. A rank sweep
+directories, ``logs/``, and the report's ``report.md``, ``results.json``, ``loss_curves.png`` (and on task:hijack
+``hijack_accuracy.png``, ``hijack_mass.png``). A rank sweep
 (``attnlab rank-sweep``): ``sweep.toml`` and ``wd<lambda>/`` run directories.
 
 Readers never raise on a run that is still being written: a missing or half-written file reads as nothing.
@@ -37,11 +38,14 @@ LOGS_DIR = "logs"
 REPORT_FILE = "report.md"
 RESULTS_FILE = "results.json"
 CURVES_FILE = "loss_curves.png"
+HIJACK_ACCURACY_FILE = "hijack_accuracy.png"  # a comparison on task:hijack: accuracy against the cluster size m
+HIJACK_MASS_FILE = "hijack_mass.png"  # and the retrieval head's attention mass against m
 
 __all__ = [
     "CONFIG_FILE", "TOKENIZER_FILE", "METRICS_FILE", "SUMMARY_FILE", "SAMPLES_FILE", "PLOT_FILE", "CHECKPOINT_DIR",
     "RUN_MARKERS", "SHIPPED_RUN_FILES", "DONE_STATUSES", "COMPARE_SPEC_FILE", "SWEEP_SPEC_FILE", "LOGS_DIR", "REPORT_FILE",
-    "RESULTS_FILE", "CURVES_FILE", "comparison_run_dir", "sweep_run_dir", "read_metrics", "read_summary",
+    "RESULTS_FILE", "CURVES_FILE", "HIJACK_ACCURACY_FILE", "HIJACK_MASS_FILE", "comparison_run_dir", "sweep_run_dir",
+    "read_metrics", "read_summary",
 ]
 
 

@@ -87,6 +87,22 @@ register(
           "clones sums to m/(m+eps) ~ 1 unit as in the seed; needs the explicit path (no SDPA), O(T^3) per head.",
 )
 register(
+    "magnitude-causal-linear", "magnitude-gated values, per key, linear gate: g_j = clamp(beta w_j + gamma, 0, 1), w_j the "
+    "weight of key j inside its own prefix 1..j",
+    "seed 000 (magnitude attention), causal form; the seed's arithmetic 'the gate passes the weight through'",
+    magnitude="causal", magnitude_gate="linear",
+    notes="beta = 1, gamma = 0 at init: an isolated key passes whole, the causal form's clones pass 1, 1/2, ..., 1/m of "
+          "their values (a harmonic number H_m ~ ln m of units in all). beta and gamma are learned; keeps SDPA.",
+)
+register(
+    "magnitude-prefix-linear", "magnitude-gated values, per (i, j), linear gate: g_ij = clamp(beta M_ij + gamma, 0, 1), "
+    "M_ij the weight of key j inside query i's prefix 1..i",
+    "seed 000 (magnitude attention), exact prefix form; the seed's arithmetic 'the gate passes the weight through'",
+    magnitude="prefix", magnitude_gate="linear",
+    notes="beta = 1, gamma = 0 at init: m exact clones pass 1/(m + eps) each, m/(m + eps) ~ 1 unit together, as the seed "
+          "computes; the explicit path (no SDPA), O(T^3) per head.",
+)
+register(
     "magnitude-causal-logits", "magnitude weights as a logit prior, per key: softmax(z_ij + log max(w_j, floor)), w_j "
     "the weight of key j inside its own prefix 1..j (no value gate)",
     "seed 000 (magnitude attention), causal form; as a prior on the scores, the control for the seed's argument",

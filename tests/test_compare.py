@@ -623,3 +623,38 @@ def test_parallel_jobs_survive_sigint_and_resume(tmp_path, signame):
     for v in ("standard", "mqa"):
         summary = json.loads((run_dir(out, v, 0) / "summary.json").read_text())
         assert summary["status"] == "finished" and summary["steps"] == 3000
+
+
+def test_report_hijack_sweep_from_planted_metrics(tmp_path):
+    """A comparison whose runs logged hijack/m<m>/{accuracy,unique,cluster} (HijackSweepHook) gets the accuracy
+    table against m, checked against statistics and scipy's Welch test, the mass table, and the two plots; the
+    last evaluation counts."""
+    base = tiny()
+    variants, seeds, ms = ["standard", "magnitude-prefix"], [0, 1, 2], [0, 16]
+    check_or_write_spec(tmp_path, spec_dict(base, variants, seeds))
+    acc = {("standard", 0): [1.0, 0.98, 0.99], ("standard", 16): [0.2, 0.35, 0.1],
+           ("magnitude-prefix", 0): [0.97, 1.0, 0.99], ("magnitude-prefix", 16): [0.9, 0.8, 0.95]}
+    for v in variants:
+        for i, s in enumerate(seeds):
+            path = run_dir(tmp_path, v, s)
+            plant_run(path, base.replace(model=base.model.replace(attention=v), train=base.train.replace(seed=s)),
+                      "finished", 2.0)
+            old = {f"hijack/m{m}/{k}": 0.5 for m in ms for k in ("accuracy", "unique", "cluster")}  # superseded
+            last = {**{f"hijack/m{m}/accuracy": acc[v, m][i] for m in ms},
+                    **{f"hijack/m{m}/unique": 0.9 - 0.1 * i for m in ms}, **{f"hijack/m{m}/cluster": 0.01 * m for m in ms}}
+            with open(path / "metrics.jsonl", "a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in ({"step": 29, **old}, {"step": 30, **last}))
+    text = write_report(tmp_path).read_text()
+    section = text[text.index("## Hijack sweep: accuracy"):]
+    table = section[section.index("| variant"):].split("\n\n")[0].splitlines()[2:]
+    rows = {c[0]: c[1:] for c in ([x.strip() for x in line.strip("|").split("|")] for line in table)}
+    pct = lambda xs: f"{100 * statistics.mean(xs):.1f} ± {100 * statistics.stdev(xs):.1f}"
+    assert rows["standard"] == ["3", pct(acc["standard", 0]), pct(acc["standard", 16])]
+    for m, cell in zip(ms, rows["magnitude-prefix"][1:]):
+        p = scipy.stats.ttest_ind(acc["magnitude-prefix", m], acc["standard", m], equal_var=False).pvalue
+        assert cell == f"{pct(acc['magnitude-prefix', m])} (p {p:.2g})"
+    mass = text[text.index("## Hijack sweep: where"):]
+    assert f"| standard | {statistics.mean([0.9, 0.8, 0.7]):.3f} ± {statistics.stdev([0.9, 0.8, 0.7]):.3f} / 0.000 ± 0.000 | " in mass
+    assert (tmp_path / "hijack_accuracy.png").stat().st_size > 0 and (tmp_path / "hijack_mass.png").exists()
+    results = json.loads((tmp_path / "results.json").read_text())["hijack"]
+    assert results["ms"] == ms and results["variants"][1]["m"]["16"]["cluster"]["mean"] == pytest.approx(0.16)

@@ -152,14 +152,17 @@ def test_attention_mass_against_a_hand_count():
     maps = model.attention_maps(torch.as_tensor(x))
     for layer in range(2):
         for head in range(2):
-            sums, n = [0.0, 0.0], 0
+            sums, n = [0.0] * 4, 0
             for b in range(5):
                 for i in np.flatnonzero(roles[b] == 3):
                     n += 1
                     for k, role in enumerate((1, 2)):
-                        sums[k] += sum(maps[layer][b, head, i, j].item() for j in np.flatnonzero(roles[b] == role))
-            assert got["unique"][layer, head] == pytest.approx(sums[0] / n, abs=1e-6)
-            assert got["cluster"][layer, head] == pytest.approx(sums[1] / n, abs=1e-6)
+                        keys = np.flatnonzero(roles[b] == role)
+                        sums[k] += sum(maps[layer][b, head, i, j].item() for j in keys)
+                        sums[k + 2] += sum(maps[layer][b, head, i, j].item() + maps[layer][b, head, i, j + 1].item()
+                                           for j in keys)  # a binding: the key and the value token after it
+            for k, name in enumerate(("unique", "cluster", "unique_binding", "cluster_binding")):
+                assert got[name][layer, head] == pytest.approx(sums[k] / n, abs=1e-6), name
     assert got["n_queries"] == n
     logits = model(torch.as_tensor(x))[0]
     at = (roles == 3) & (y >= 0)
@@ -180,7 +183,7 @@ def test_cli_tasks_and_mass(tmp_path, capsys):
     train(cfg, quiet=True)
     assert main(["mass", str(run), "m=8", "m_max=none", "--n", "4"]) == 0
     out = capsys.readouterr().out
-    assert "| layer | unique key" in out and "accuracy at them" in out
+    assert "| layer | unique binding" in out and "accuracy at them" in out
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
     assert math.isfinite(json.loads((run / "summary.json").read_text())["final_val_loss"])
 

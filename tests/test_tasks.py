@@ -144,12 +144,14 @@ def parse_hijack(task: Hijack, row) -> HijackParse:
     row = [int(t) for t in row]
     is_key = lambda t: 3 <= t < 3 + task.n_keys
     is_value = lambda t: t >= 3 + task.n_keys
-    t = 0
-    while row[t] == 0:
-        t += 1
-    assert t <= 1, "at most one filler token, at the start"
+    t = (len(row) + 1 - 3 * task.n_marked - 3 * task.n_queries) % 2  # one filler token when the parity needs it
+    assert row[:t] == [0] * t
     records = []  # (marked, key position, key, value)
     while row[t] != 2:  # the records
+        if row[t] == 0 and not task.neutral:
+            assert row[t + 1] == 0, f"a filler record is _ _, at {t}"
+            t += 2
+            continue
         marked = row[t] == 1
         t += marked
         assert is_key(row[t]) and is_value(row[t + 1]), f"a record is [*] key value, at {t}"
@@ -264,10 +266,10 @@ def test_mqar_query_distances_vary():
 # ------------------------------------------------------------------------------------------ hijack: (b) and (c)
 
 
-@pytest.mark.parametrize("n_queries,seq_len", [(1, 160), (4, 163)])
+@pytest.mark.parametrize("n_queries,seq_len,neutral", [(1, 160, True), (4, 163, True), (2, 157, False)])
 @pytest.mark.parametrize("m", [0, 4, 16, 64])
-def test_hijack_cluster_is_m_copies_of_one_key_and_the_answer_is_determined(m, n_queries, seq_len):
-    task = Hijack(m=m, n_queries=n_queries, seq_len=seq_len)
+def test_hijack_cluster_is_m_copies_of_one_key_and_the_answer_is_determined(m, n_queries, seq_len, neutral):
+    task = Hijack(m=m, n_queries=n_queries, seq_len=seq_len, neutral=neutral)
     x, y = task.sample(100, np.random.default_rng(m))
     assert x.shape == (100, seq_len)  # the length does not depend on m
     roles = task.roles(x)
@@ -285,6 +287,10 @@ def test_hijack_cluster_is_m_copies_of_one_key_and_the_answer_is_determined(m, n
         assert np.flatnonzero(row_roles == 1).tolist() == p.unique_pos
         assert np.flatnonzero(row_roles == 2).tolist() == p.cluster_pos
         assert np.flatnonzero(row_roles == 3).tolist() == [p.query_pos]
+        if not neutral:  # the marked bindings and the cluster are the only bindings; filler pairs fill the rest
+            unmarked = [r for r in range(len(row) - 1) if 3 <= row[r] < 3 + task.n_keys and (r == 0 or row[r - 1] != 1)]
+            assert len(unmarked) == m + n_queries - 1  # the cluster copies, and the keys of the earlier queries
+            assert (row == 0).sum() == 2 * (task.capacity - m) + (len(row) + 1 - 3 * task.n_marked - 3 * n_queries) % 2
 
 
 def test_hijack_m_range_is_drawn_per_sequence():

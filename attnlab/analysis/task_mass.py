@@ -4,8 +4,12 @@ and on the redundant cluster (seed 000's "hijacking", measured in the mechanism 
 For sequences of a task whose ``roles(x)`` marks positions (1: the unique key, 2: a redundant cluster key, 3: a query
 position; attnlab.tasks.Hijack does), and for every layer l and head h of the model:
 
-    unique_mass[l, h]  = mean over queries i of  sum_{j: role_j = 1} p^{l,h}_{ij}
-    cluster_mass[l, h] = mean over queries i of  sum_{j: role_j = 2} p^{l,h}_{ij}
+    unique[l, h]  = mean over queries i of  sum_{j: role_j = 1} p^{l,h}_{ij}      (the key tokens)
+    cluster[l, h] = mean over queries i of  sum_{j: role_j = 2} p^{l,h}_{ij}
+
+and the same sums over the whole *binding*, the key token and the value token after it (``unique_binding``,
+``cluster_binding``): a trained recall head usually attends to the value token, which has read its key in an
+earlier layer, so the binding is where the retrieval shows.
 
 with p the layer's attention weights (GPT.attention_maps: the softmax weights, a logit prior included; a value gate,
 magnitude_apply="values", scales the values after them and is not in p). A model that ignores the cluster puts no
@@ -26,7 +30,8 @@ __all__ = ["attention_mass", "format_mass"]
 
 @torch.no_grad()
 def attention_mass(model, task, n: int = 256, seed: int = 0, batch_size: int = 64) -> dict:
-    """{"unique": [L, H], "cluster": [L, H], "n_queries": int, "accuracy": float} for ``n`` sequences of ``task``
+    """{"unique", "cluster", "unique_binding", "cluster_binding": [L, H] arrays, "n_queries": int,
+    "accuracy": float} for ``n`` sequences of ``task``
     drawn from ``numpy.random.default_rng(seed)``; accuracy is the model's exact-match accuracy at the measured
     query positions (role 3: hijack's final query; its other queries are controls, not counted here)."""
     x_all, y_all = task.sample(n, np.random.default_rng(seed))
@@ -46,10 +51,13 @@ def attention_mass(model, task, n: int = 256, seed: int = 0, batch_size: int = 6
             maps = torch.stack(model.attention_maps(x))  # [L, B, H, T, T]
             query = roles == ROLE_QUERY  # [B, T]
             if sums is None:
-                sums = torch.zeros(2, maps.shape[0], maps.shape[2], dtype=torch.float64)
+                sums = torch.zeros(4, maps.shape[0], maps.shape[2], dtype=torch.float64)
             for k, role in enumerate((ROLE_UNIQUE, ROLE_CLUSTER)):
-                on_role = (maps * (roles == role)[None, :, None, None, :]).sum(-1)  # [L, B, H, T]: mass on the role
-                sums[k] += (on_role * query[None, :, None, :]).sum(dim=(1, 3)).double().cpu()
+                key = roles == role
+                binding = key | torch.nn.functional.pad(key, (1, 0))[:, :-1]  # the key token and the value after it
+                for slot, where in ((k, key), (k + 2, binding)):
+                    on_role = (maps * where[None, :, None, None, :]).sum(-1)  # [L, B, H, T]: mass on those positions
+                    sums[slot] += (on_role * query[None, :, None, :]).sum(dim=(1, 3)).double().cpu()
             queries += int(query.sum())
             logits, _ = model(x)
             answer = (y >= 0) & query
@@ -60,15 +68,18 @@ def attention_mass(model, task, n: int = 256, seed: int = 0, batch_size: int = 6
     if not queries:
         raise ConfigError("the sampled sequences have no query positions (role 3); nothing to measure")
     mean = (sums / queries).numpy()
-    return {"unique": mean[0], "cluster": mean[1], "n_queries": queries, "accuracy": correct / max(answers, 1)}
+    return {"unique": mean[0], "cluster": mean[1], "unique_binding": mean[2], "cluster_binding": mean[3],
+            "n_queries": queries, "accuracy": correct / max(answers, 1)}
 
 
 def format_mass(mass: dict) -> str:
-    """A Markdown table: per layer, the unique key's and the cluster's mass (mean over heads, and the head that
-    gives the unique key the most)."""
-    lines = ["| layer | unique key (mean over heads) | cluster (mean over heads) | best head for the unique key: "
-             "unique / cluster |", "|---|---|---|---|"]
-    for layer, (u, c) in enumerate(zip(mass["unique"], mass["cluster"])):
+    """A Markdown table: per layer, the mass on the unique binding and on the cluster's bindings (key and value
+    tokens; mean over heads, and the head that gives the unique binding the most), then the key tokens alone."""
+    lines = ["| layer | unique binding (mean over heads) | cluster bindings (mean) | best head for the unique binding: "
+             "unique / cluster | key tokens only: unique / cluster (mean) |", "|---|---|---|---|---|"]
+    for layer in range(len(mass["unique"])):
+        u, c = mass["unique_binding"][layer], mass["cluster_binding"][layer]
         h = int(np.argmax(u))
-        lines.append(f"| {layer} | {u.mean():.4f} | {c.mean():.4f} | head {h}: {u[h]:.4f} / {c[h]:.4f} |")
+        lines.append(f"| {layer} | {u.mean():.4f} | {c.mean():.4f} | head {h}: {u[h]:.4f} / {c[h]:.4f} | "
+                     f"{mass['unique'][layer].mean():.4f} / {mass['cluster'][layer].mean():.4f} |")
     return "\n".join(lines) + f"\n\n{mass['n_queries']} queries; accuracy at them {mass['accuracy']:.2%}.\n"

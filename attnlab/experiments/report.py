@@ -23,6 +23,7 @@ from ..errors import ConfigError
 from ..rundir import (COMPARE_SPEC_FILE, CURVES_FILE, DONE_STATUSES, REPORT_FILE, RESULTS_FILE, SHIPPED_RUN_FILES,
                       read_metrics, read_summary)
 from ..rundir import comparison_run_dir as run_dir
+from .hijack_report import ACCURACY_FILE, MASS_FILE, hijack_results, hijack_tables, plot_hijack
 from .stats import Summary, describe, welch_ttest
 
 __all__ = [
@@ -114,7 +115,7 @@ def diagnostics_of(row: dict) -> dict:
         if not _finite(value):
             continue
         parts = key.split("/")
-        if parts[0] in RANK_STATS and parts[-1] == "mean":
+        if (parts[0] in RANK_STATS and parts[-1] == "mean") or parts[0] == "hijack":
             out[key] = float(value)
         elif len(parts) == 3 and parts[0] == "mag" and parts[1].startswith("L") and parts[2] in _MAG_REDUCE:
             per_layer.setdefault(parts[2], []).append(float(value))
@@ -270,7 +271,8 @@ def compute_results(spec: dict, records: list[RunRecord]) -> dict:
             "n_params": _params(rs),
             "runs": [_run_row(r) for r in rs],
         })
-    return {"baseline": baseline, "settings": _settings(spec), "variants": rows, "base_config": spec["base"]}
+    return {"baseline": baseline, "settings": _settings(spec), "variants": rows, "base_config": spec["base"],
+            "hijack": hijack_results(records, variants)}
 
 
 # ----------------------------------------------------------------------------------------------------- markdown
@@ -472,7 +474,8 @@ def results_tables(results: dict, heading: str = "##") -> str:
     """The report's tables without settings and notes: results, accuracy (when logged), per-seed losses, the loss
     during training, weight and gate diagnostics, under ``heading``-level titles (the docs quote them for the shipped
     comparisons in ``results/``)."""
-    return "\n".join([*_table(results), "", *_accuracy_table(results, heading),
+    hijack = hijack_tables(results["hijack"], heading) if results.get("hijack") else []
+    return "\n".join([*_table(results), "", *_accuracy_table(results, heading), *hijack,
                       f"{heading} Final validation loss per seed", "", *_seed_table(results),
                       "", *_curve_table(results, heading), *_diagnostics_tables(results, heading)]).rstrip("\n") + "\n"
 
@@ -490,6 +493,9 @@ def render_markdown(results: dict, curves_file: str | None = CURVES_FILE) -> str
         parts.append(f"![validation loss vs tokens, mean ± 1 std over finished seeds]({curves_file})")
     else:
         parts.append("No validation losses logged yet.")
+    if results.get("hijack"):
+        parts += ["", "## Hijack sweep plots", "", f"![accuracy at the hijack query against m]({ACCURACY_FILE})", "",
+                  f"![retrieval head's mass on the unique binding and the cluster against m]({MASS_FILE})"]
     return "\n".join(parts) + "\n"
 
 
@@ -598,6 +604,10 @@ def write_report(out_dir) -> Path:
     plot = plot_loss_curves(records, [row["variant"] for row in results["variants"]], out_dir / CURVES_FILE)
     if plot is None:
         (out_dir / CURVES_FILE).unlink(missing_ok=True)  # a stale plot would contradict the report
+    for name in (ACCURACY_FILE, MASS_FILE):
+        (out_dir / name).unlink(missing_ok=True)  # a stale plot would contradict the report
+    if results.get("hijack"):
+        plot_hijack(results["hijack"], out_dir)
     report = out_dir / REPORT_FILE
     write_text(report, render_markdown(results, plot.name if plot else None))
     return report

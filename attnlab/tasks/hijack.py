@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import strict_fields
+from ..errors import ConfigError, strict_fields
 from .base import Task, check_int, distinct
 
 PAD, MARK, QUERY = 0, 1, 2
@@ -15,6 +15,9 @@ PAD, MARK, QUERY = 0, 1, 2
 
 OTHER, UNIQUE, CLUSTER, QUERY_POS = 0, 1, 2, 3
 """The values of :meth:`Hijack.roles`."""
+
+SWEEP_M = (0, 4, 16, 64)
+"""The cluster sizes a hijack run is evaluated at (those its capacity allows; attnlab.train.hooks.HijackSweepHook)."""
 
 
 @strict_fields
@@ -76,7 +79,7 @@ class Hijack(Task):
     Example (``Hijack.tiny().example()``)::
 
         >>> print(Hijack.tiny().example())
-        hijack(n_marked=2, n_keys=4, n_values=4, n_queries=1, m=2, m_max=None, seq_len=16); chance 0.2500
+        hijack(n_marked=2, n_keys=4, n_values=4, n_queries=1, m=2, m_max=None, neutral=True, seq_len=16); chance 0.2500
         x * k2 v3 k3 v2 k2 v2 k1 v2 * k3 v0 k3 v2 ? k3
         y - -  -  -  -  -  -  -  -  - -  -  -  -  - v0
     """
@@ -100,11 +103,17 @@ class Hijack(Task):
     m_max: int | None = None
     """If set, each sequence draws its cluster size uniformly from m..m_max (m..capacity); unset: every sequence
     has m."""
+    neutral: bool = True
+    """Fill the capacity the cluster leaves with neutral bindings ``key value`` of other keys (True), or with filler
+    pairs ``_ _`` (False: the cluster and the marked bindings are then the only bindings, which is learned much
+    faster at long T)."""
     seq_len: int = 160
     """T, the tokens of x and of y; it sets the capacity, (T + 1 - 3 * n_marked - 3 * n_queries) // 2."""
 
     def __post_init__(self):
         check_int("seq_len", self.seq_len, 5)
+        if not isinstance(self.neutral, bool):
+            raise ConfigError(f"hijack: neutral={self.neutral!r} is not allowed; choose true or false")
         check_int("n_keys", self.n_keys, 2)
         check_int("n_values", self.n_values, 2)
         check_int("n_marked", self.n_marked, 1, min(self.n_keys, (self.seq_len - 2) // 3),
@@ -171,6 +180,9 @@ class Hijack(Task):
         value = np.where(is_marked, take(values, marked_idx),
                          np.where(is_cluster, distractor[:, None], take(other_values, unmarked)))
         value = value + 3 + self.n_keys
+        if not self.neutral:  # the slots that are neither marked nor cluster copies hold filler pairs
+            idle = ~is_marked & ~is_cluster
+            key, value = np.where(idle, PAD, key), np.where(idle, PAD, value)
 
         stream = np.zeros((n, total), dtype=np.int64)
         rows = np.broadcast_to(np.arange(n)[:, None], start.shape)

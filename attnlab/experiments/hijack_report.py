@@ -1,0 +1,133 @@
+"""The hijack sweep of a comparison on ``task:hijack``: accuracy and attention mass against the cluster size m.
+
+Every hijack run logs, at each evaluation, ``hijack/m<m>/accuracy``, ``/unique`` and ``/cluster``
+(:class:`attnlab.train.hooks.HijackSweepHook`: the accuracy at the hijack query on fixed sequences with exactly m
+cluster copies, and the retrieval head's attention mass on the unique binding and on the cluster). This module
+reads the last evaluation of every finished run and gives, per variant and m,
+
+    accuracy      mean ± std over seeds (%), the difference from the baseline in points and Welch's test
+    unique mass   mean ± std of the retrieval head's mass on the unique binding
+    cluster mass  mean ± std of its mass on the m cluster bindings
+
+as Markdown tables and two plots (accuracy against m, masses against m; a line per variant, a ±1 std band).
+Seed 000's hypothesis predicts that as m grows the softmax forms lose accuracy and mass to the cluster while the
+magnitude forms keep both (docs/studies/capability.md).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..rundir import HIJACK_ACCURACY_FILE as ACCURACY_FILE
+from ..rundir import HIJACK_MASS_FILE as MASS_FILE
+from .stats import describe, welch_ttest
+
+__all__ = ["hijack_results", "hijack_tables", "plot_hijack"]
+
+_KEY = re.compile(r"^hijack/m(\d+)/(accuracy|unique|cluster)$")
+STATS = ("accuracy", "unique", "cluster")
+
+
+def hijack_results(records, variants: list[str]) -> dict | None:
+    """{"ms": [...], "variants": [{"variant", "n", "m": {m: {stat: summary, "welch": ...}}}]} from the usable
+    runs' last ``hijack/`` diagnostics; None when no run logged any. The first variant is the baseline."""
+    ms = sorted({int(m.group(1)) for r in records for k in r.diagnostics if (m := _KEY.match(k))})
+    if not ms:
+        return None
+    values = {v: {(m, s): [r.diagnostics[f"hijack/m{m}/{s}"] for r in records if r.variant == v and r.usable
+                           and f"hijack/m{m}/{s}" in r.diagnostics] for m in ms for s in STATS} for v in variants}
+    base = variants[0]
+    rows = []
+    for v in variants:
+        per_m = {}
+        for m in ms:
+            cell = {s: describe(values[v][m, s]).to_dict() for s in STATS}
+            cell["welch"] = None if v == base else welch_ttest(values[v][m, "accuracy"],
+                                                               values[base][m, "accuracy"]).to_dict()
+            per_m[str(m)] = cell
+        rows.append({"variant": v, "n": len(values[v][ms[0], "accuracy"]), "m": per_m})
+    return {"baseline": base, "ms": ms, "variants": rows}
+
+
+def _pct(d: dict) -> str:
+    if d["mean"] is None:
+        return "n/a"
+    return f"{100 * d['mean']:.1f}" + ("" if d["std"] is None else f" ± {100 * d['std']:.1f}")
+
+
+def _mass(d: dict) -> str:
+    if d["mean"] is None:
+        return "n/a"
+    return f"{d['mean']:.3f}" + ("" if d["std"] is None else f" ± {d['std']:.3f}")
+
+
+def hijack_tables(hijack: dict, heading: str = "##") -> list[str]:
+    """Markdown: accuracy at the hijack query per variant and m (with Welch p against the baseline), then the
+    retrieval head's mass on the unique binding and on the cluster."""
+    ms, base = hijack["ms"], hijack["baseline"]
+    lines = [f"{heading} Hijack sweep: accuracy at the hijack query against the cluster size m", "",
+             "Exact match at the final query on fixed sequences with exactly m cluster copies (the same sequences "
+             f"for every run), in %: mean ± std over seeds, and Welch's p against {base} at the same m.", "",
+             "| variant | seeds | " + " | ".join(f"m = {m}" for m in ms) + " |", "|---|---" + "|---" * len(ms) + "|"]
+    for row in hijack["variants"]:
+        cells = []
+        for m in ms:
+            c = row["m"][str(m)]
+            p = None if c["welch"] is None else c["welch"]["p"]
+            cells.append(_pct(c["accuracy"]) + ("" if p is None else f" (p {p:.2g})"))
+        lines.append(f"| {row['variant']} | {row['n']} | " + " | ".join(cells) + " |")
+    lines += ["", f"{heading} Hijack sweep: where the retrieval head looks", "",
+              "The retrieval head is the (layer, head) with the most attention mass on the unique binding (its key "
+              "and value tokens) at the smallest m; its mass at the hijack query on the unique binding / on the m "
+              "cluster bindings, mean ± std over seeds. A value gate scales the values after these weights and is "
+              "not in them; a logit prior is.", "",
+              "| variant | " + " | ".join(f"m = {m}: unique / cluster" for m in ms) + " |",
+              "|---" + "|---" * len(ms) + "|"]
+    for row in hijack["variants"]:
+        cells = [f"{_mass(row['m'][str(m)]['unique'])} / {_mass(row['m'][str(m)]['cluster'])}" for m in ms]
+        lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _band(ax, xs, cells, label, **style):
+    pts = [(x, c["mean"], c["std"]) for x, c in zip(xs, cells) if c["mean"] is not None]
+    if not pts:
+        return
+    x, mean, std = zip(*pts)
+    (line,) = ax.plot(x, mean, marker="o", markersize=3, label=label, **style)
+    if all(s is not None for s in std):
+        ax.fill_between(x, [a - b for a, b in zip(mean, std)], [a + b for a, b in zip(mean, std)],
+                        color=line.get_color(), alpha=0.15, linewidth=0)
+
+
+def plot_hijack(hijack: dict, out_dir) -> list[Path]:
+    """hijack_accuracy.png (accuracy against m) and hijack_mass.png (unique and cluster mass against m), a line
+    per variant with a ±1 std band; m on a symmetric-log axis so that 0 shows. Returns the paths written."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    ms, out_dir, paths = hijack["ms"], Path(out_dir), []
+    for name, stats in ((ACCURACY_FILE, ("accuracy",)), (MASS_FILE, ("unique", "cluster"))):
+        fig = Figure(figsize=(7.5, 4.5) if len(stats) == 1 else (12, 4.5), dpi=120)
+        FigureCanvasAgg(fig)
+        for k, stat in enumerate(stats):
+            ax = fig.add_subplot(1, len(stats), k + 1)
+            for row in hijack["variants"]:
+                _band(ax, ms, [row["m"][str(m)][stat] for m in ms], f"{row['variant']} (n={row['n']})",
+                      linestyle="--" if "logits" in row["variant"] else "-")
+            ax.set_xscale("symlog", linthresh=1)
+            ax.set_xticks(ms, [str(m) for m in ms])
+            ax.set_xlabel("cluster size m (copies of the target key)")
+            ax.set_ylabel({"accuracy": "accuracy at the hijack query", "unique": "mass on the unique binding",
+                           "cluster": "mass on the cluster"}[stat])
+            ax.set_ylim(-0.02, 1.02)
+            ax.grid(alpha=0.3)
+            if k == 0:
+                ax.legend(fontsize=7)
+        fig.suptitle("hijack: mean ± 1 std over seeds" + ("" if len(stats) == 1 else "; the retrieval head's "
+                                                          "attention mass at the hijack query"))
+        fig.tight_layout()
+        fig.savefig(out_dir / name)
+        paths.append(out_dir / name)
+    return paths
