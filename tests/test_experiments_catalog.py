@@ -41,6 +41,18 @@ def test_magnitude_is_issue_4s_grid_on_the_default_preset():
                                                                                [0, 1, 2])
 
 
+def test_recall_parts_train_every_registered_variant_on_their_task():
+    """Issue 15: the recall experiment is every registered variant x its task, in one part per task."""
+    from attnlab.variants import variants
+
+    parts = [name for name in experiment_names() if name.startswith("recall-")]
+    assert parts
+    for name in parts:
+        exp = load_experiment(name)
+        assert exp.variants == variants(), name
+        assert exp.base_config().data.source == "task:" + name[len("recall-"):]
+
+
 def test_unknown_experiment_is_one_line():
     with pytest.raises(ConfigError, match="unknown experiment 'magnitud' \\(did you mean 'magnitude'\\?\\)"):
         load_experiment("magnitud")

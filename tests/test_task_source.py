@@ -16,7 +16,7 @@ from attnlab.configio import apply_overrides, load_config
 from attnlab.data import DataConfig, prepare
 from attnlab.data.tokenizers import TaskTokenizer, load_tokenizer
 from attnlab.presets import load_preset
-from attnlab.tasks import get_task
+from attnlab.tasks import MQAR, get_task
 from attnlab.train import RunConfig, load_run, read_metrics, train
 from helpers import LEAK_TOL, max_leak, one_line_error, tiny
 
@@ -31,7 +31,7 @@ def test_task_parameters_are_config_keys():
     again = apply_overrides(cfg, ["data.task.n_pairs=5"])  # one key changed, the others kept
     assert again.data.task == {**cfg.data.task, "n_pairs": 5}
     unset = apply_overrides(cfg, ["data.task.seq_len=none"])  # back to the task's default
-    assert unset.data.task == {"n_pairs": 4, "n_keys": 8, "n_values": 8} and prepare(unset.data).seq_len == 64
+    assert unset.data.task == {"n_pairs": 4, "n_keys": 8, "n_values": 8} and prepare(unset.data).seq_len == MQAR().seq_len == 32
 
 
 def test_bad_task_settings_are_one_line_errors():

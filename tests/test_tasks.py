@@ -258,9 +258,10 @@ def test_answer_counts():
 
 
 def test_mqar_query_distances_vary():
-    x, y = MQAR().sample(200, np.random.default_rng(0))
+    task = MQAR(n_pairs=8, n_keys=31, n_values=32, seq_len=64)  # 18 filler tokens in the query region
+    x, y = task.sample(200, np.random.default_rng(0))
     first_query = (y >= 0).argmax(1)
-    assert len(set(first_query.tolist())) > 10 and first_query.min() >= 2 * MQAR().n_pairs
+    assert len(set(first_query.tolist())) > 10 and first_query.min() >= 2 * task.n_pairs
 
 
 # ------------------------------------------------------------------------------------------ hijack: (b) and (c)
@@ -367,11 +368,11 @@ def test_chance_accuracy_formulas():
 BAD = [
     ("mqr", {}, "unknown task 'mqr' (did you mean 'mqar'?); valid: "),
     ("mqar", {"n_pair": 3}, "unknown mqar parameter 'n_pair' (did you mean 'n_pairs'?); valid: "),
-    ("mqar", {"n_pairs": 17}, "data.task.n_pairs=17 is out of range; allowed 1..16"),
-    ("mqar", {"n_pairs": 0}, "data.task.n_pairs=0 is out of range; allowed 1..16"),
+    ("mqar", {"n_pairs": 17, "n_keys": 31, "seq_len": 64}, "data.task.n_pairs=17 is out of range; allowed 1..16"),
+    ("mqar", {"n_pairs": 0, "n_keys": 31, "seq_len": 64}, "data.task.n_pairs=0 is out of range; allowed 1..16"),
     ("mqar", {"n_pairs": 8, "n_keys": 4}, "data.task.n_pairs=8 is out of range; allowed 1..4"),
-    ("mqar", {"n_queries": 9}, "data.task.n_queries=9 is out of range; allowed 1..8"),
-    ("mqar", {"n_pairs": 30, "n_queries": 3}, "data.task.n_queries=3 is out of range; allowed 1..2"),
+    ("mqar", {"n_queries": 9, "n_pairs": 8, "n_keys": 31, "seq_len": 64}, "data.task.n_queries=9 is out of range; allowed 1..8"),
+    ("mqar", {"n_pairs": 30, "n_queries": 3, "n_keys": 31, "seq_len": 64}, "data.task.n_queries=3 is out of range; allowed 1..2"),
     ("mqar", {"n_values": 1}, "data.task.n_values=1 is out of range; allowed >= 2"),
     ("mqar", {"seq_len": "64"}, "data.task.seq_len='64' must be an integer"),
     ("mqar", {"n_pairs": 2.0}, "data.task.n_pairs=2.0 must be an integer"),
