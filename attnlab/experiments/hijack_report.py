@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..rundir import HIJACK_ACCURACY_FILE as ACCURACY_FILE
 from ..rundir import HIJACK_MASS_FILE as MASS_FILE
-from .stats import describe, welch_ttest
+from .stats import describe, mean_std_text, welch_ttest
 
 __all__ = ["hijack_results", "hijack_tables", "plot_hijack"]
 
@@ -56,12 +56,6 @@ def _pct(d: dict) -> str:
     return f"{100 * d['mean']:.1f}" + ("" if d["std"] is None else f" ± {100 * d['std']:.1f}")
 
 
-def _mass(d: dict) -> str:
-    if d["mean"] is None:
-        return "n/a"
-    return f"{d['mean']:.3f}" + ("" if d["std"] is None else f" ± {d['std']:.3f}")
-
-
 def hijack_tables(hijack: dict, heading: str = "##") -> list[str]:
     """Markdown: accuracy at the hijack query per variant and m (with Welch p against the baseline), then the
     retrieval head's mass on the unique binding and on the cluster."""
@@ -85,7 +79,7 @@ def hijack_tables(hijack: dict, heading: str = "##") -> list[str]:
               "| variant | " + " | ".join(f"m = {m}: unique / cluster" for m in ms) + " |",
               "|---" + "|---" * len(ms) + "|"]
     for row in hijack["variants"]:
-        cells = [f"{_mass(row['m'][str(m)]['unique'])} / {_mass(row['m'][str(m)]['cluster'])}" for m in ms]
+        cells = [" / ".join(mean_std_text(row["m"][str(m)][stat], ".3f") for stat in ("unique", "cluster")) for m in ms]
         lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 

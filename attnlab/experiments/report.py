@@ -25,6 +25,7 @@ from ..rundir import (COMPARE_SPEC_FILE, CURVES_FILE, DONE_STATUSES, REPORT_FILE
 from ..rundir import comparison_run_dir as run_dir
 from .hijack_report import ACCURACY_FILE, MASS_FILE, hijack_results, hijack_tables, plot_hijack
 from .stats import Summary, describe, welch_ttest
+from .stats import mean_std_text as _mean_std
 
 __all__ = [
     "RunRecord",
@@ -406,12 +407,6 @@ _MAG_COLUMNS = (("t", "mag/t", ".3f"), ("\\|X\\|/N", "mag/magnitude_over_n", ".4
                 ("mean gate", "mag/gate_mean", ".3f"), ("min mu", "mag/mu_min", ".3g"),
                 ("max mu", "mag/mu_max", ".3g"), ("solve residual", "mag/residual", ".2g"))
 _PRIOR_COLUMN = ("prior at floor", "mag/prior_floored", ".3f")  # magnitude_apply="logits" (shown when logged)
-
-
-def _mean_std(d: dict | None, fmt: str) -> str:
-    if not d or d.get("mean") is None:
-        return "n/a"
-    return format(d["mean"], fmt) + ("" if d.get("std") is None else f" ± {format(d['std'], fmt)}")
 
 
 def _diagnostics_tables(results: dict, heading: str = "##") -> list[str]:

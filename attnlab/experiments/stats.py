@@ -95,3 +95,10 @@ def welch_ttest(a: Sequence[float], b: Sequence[float]) -> WelchResult:
         warnings.simplefilter("ignore", RuntimeWarning)
         res = stats.ttest_ind(xa, xb, equal_var=False)
     return WelchResult(float(res.statistic), float(res.df), float(res.pvalue))
+
+
+def mean_std_text(d: dict | None, fmt: str) -> str:
+    """``"mean ± std"`` of a :meth:`Summary.to_dict` in ``fmt`` ("n/a" without a mean; the mean alone without a std)."""
+    if not d or d.get("mean") is None:
+        return "n/a"
+    return format(d["mean"], fmt) + ("" if d.get("std") is None else f" ± {format(d['std'], fmt)}")
