@@ -26,7 +26,8 @@ from .stats import describe, mean_std_text, welch_ttest
 __all__ = ["hijack_results", "hijack_tables", "plot_hijack"]
 
 _KEY = re.compile(r"^hijack/m(\d+)/(accuracy|unique|cluster)$")
-STATS = ("accuracy", "unique", "cluster")
+MASSES = ("unique", "cluster")  # the retrieval head's mass on the unique binding, on the cluster
+STATS = ("accuracy", *MASSES)
 
 
 def hijack_results(records, variants: list[str]) -> dict | None:
@@ -79,7 +80,7 @@ def hijack_tables(hijack: dict, heading: str = "##") -> list[str]:
               "| variant | " + " | ".join(f"m = {m}: unique / cluster" for m in ms) + " |",
               "|---" + "|---" * len(ms) + "|"]
     for row in hijack["variants"]:
-        cells = [" / ".join(mean_std_text(row["m"][str(m)][stat], ".3f") for stat in ("unique", "cluster")) for m in ms]
+        cells = [" / ".join(mean_std_text(row["m"][str(m)][stat], ".3f") for stat in MASSES) for m in ms]
         lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
@@ -102,7 +103,7 @@ def plot_hijack(hijack: dict, out_dir) -> list[Path]:
     from matplotlib.figure import Figure
 
     ms, out_dir, paths = hijack["ms"], Path(out_dir), []
-    for name, stats in ((ACCURACY_FILE, ("accuracy",)), (MASS_FILE, ("unique", "cluster"))):
+    for name, stats in ((ACCURACY_FILE, ("accuracy",)), (MASS_FILE, MASSES)):
         fig = Figure(figsize=(7.5, 4.5) if len(stats) == 1 else (12, 4.5), dpi=120)
         FigureCanvasAgg(fig)
         for k, stat in enumerate(stats):
