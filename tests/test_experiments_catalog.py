@@ -42,15 +42,26 @@ def test_magnitude_is_issue_4s_grid_on_the_default_preset():
 
 
 def test_recall_parts_train_every_registered_variant_on_their_task():
-    """Issue 15: the recall experiment is every registered variant x its task, in one part per task."""
+    """Issue 15: the recall experiment is every registered variant x each task, split into parts named
+    ``recall-<task>`` or ``recall-<task>-<n>`` that fit 90 minutes each. The parts of one task share every setting
+    but the variants, each starts with the baseline, and together they train every registered variant."""
+    import re
+
     from attnlab.variants import variants
 
-    parts = [name for name in experiment_names() if name.startswith("recall-")]
-    assert parts
-    for name in parts:
-        exp = load_experiment(name)
-        assert exp.variants == variants(), name
-        assert exp.base_config().data.source == "task:" + name[len("recall-"):]
+    tasks: dict[str, list] = {}
+    for name in experiment_names():
+        if name.startswith("recall-"):
+            task = re.fullmatch(r"recall-(.+?)(-\d+)?", name).group(1)
+            tasks.setdefault(task, []).append(load_experiment(name))
+    assert "mqar" in tasks
+    for task, parts in tasks.items():
+        trained = {v for exp in parts for v in exp.variants}
+        assert sorted(trained) == sorted(variants()), task
+        for exp in parts:
+            assert exp.variants[0] == "standard" and exp.seeds == parts[0].seeds
+            assert exp.base_config().data.source == "task:" + task
+            assert exp.base_config() == parts[0].base_config(), exp.name
 
 
 def test_unknown_experiment_is_one_line():
