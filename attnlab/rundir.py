@@ -38,14 +38,15 @@ LOGS_DIR = "logs"
 REPORT_FILE = "report.md"
 RESULTS_FILE = "results.json"
 CURVES_FILE = "loss_curves.png"
+ACCURACY_CURVES_FILE = "accuracy_curves.png"  # runs that logged val_accuracy (a task): accuracy against steps
 HIJACK_ACCURACY_FILE = "hijack_accuracy.png"  # a comparison on task:hijack: accuracy against the cluster size m
 HIJACK_MASS_FILE = "hijack_mass.png"  # and the retrieval head's attention mass against m
 
 __all__ = [
     "CONFIG_FILE", "TOKENIZER_FILE", "METRICS_FILE", "SUMMARY_FILE", "SAMPLES_FILE", "PLOT_FILE", "CHECKPOINT_DIR",
     "RUN_MARKERS", "SHIPPED_RUN_FILES", "DONE_STATUSES", "COMPARE_SPEC_FILE", "SWEEP_SPEC_FILE", "LOGS_DIR", "REPORT_FILE",
-    "RESULTS_FILE", "CURVES_FILE", "HIJACK_ACCURACY_FILE", "HIJACK_MASS_FILE", "comparison_run_dir", "sweep_run_dir",
-    "read_metrics", "read_summary",
+    "RESULTS_FILE", "CURVES_FILE", "ACCURACY_CURVES_FILE", "HIJACK_ACCURACY_FILE", "HIJACK_MASS_FILE",
+    "comparison_run_dir", "sweep_run_dir", "read_metrics", "read_summary",
 ]
 
 

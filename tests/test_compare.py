@@ -338,6 +338,42 @@ def test_report_loss_during_training_table(tmp_path):
     assert "Validation loss during training" in text
 
 
+def test_report_accuracy_during_training_table_and_plot(tmp_path):
+    """A task's learning curves: val_accuracy at shared evaluation steps, mean ± std in % over the finished seeds
+    (checked against statistics), and accuracy_curves.png; a comparison without accuracies gets neither."""
+    base = tiny()
+    variants, seeds = ["standard", "gqa"], [0, 1, 2]
+    check_or_write_spec(tmp_path, spec_dict(base, variants, seeds))
+    evals = (10, 20, 30)
+    accs = {(v, s): {st: min(1.0, 0.1 * st / 10 + 0.2 * i + 0.05 * s) for st in evals}
+            for i, v in enumerate(variants) for s in seeds}
+    for (v, s), acc in accs.items():
+        cfg = base.replace(model=base.model.replace(attention=v), train=base.train.replace(seed=s))
+        path = run_dir(tmp_path, v, s)
+        plant_run(path, cfg, "finished", 2.0, accuracy=acc[30])
+        rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+        for row in rows:
+            row["val_accuracy"] = acc.get(row["step"])
+        (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = write_report(tmp_path).read_text()
+    section = text[text.index("Validation accuracy (%) during training"):]
+    assert "| variant | step 10 | step 20 | step 30 |" in section
+    for v in variants:
+        cells = [f"{100 * statistics.mean(accs[v, s][st] for s in seeds):.2f} ± "
+                 f"{100 * statistics.stdev(accs[v, s][st] for s in seeds):.2f}" for st in evals]
+        assert f"| {v} | " + " | ".join(cells) + " |" in section
+    assert (tmp_path / "accuracy_curves.png").stat().st_size > 0 and "(accuracy_curves.png)" in text
+
+    for v in variants:  # the same runs without accuracies: no table, no plot (a stale one is removed)
+        for s in seeds:
+            path = run_dir(tmp_path, v, s)
+            rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+            (path / "metrics.jsonl").write_text("".join(json.dumps({k: r[k] for k in r if k != "val_accuracy"})
+                                                        + "\n" for r in rows))
+    text = write_report(tmp_path).read_text()
+    assert "accuracy (%) during training" not in text and not (tmp_path / "accuracy_curves.png").exists()
+
+
 def test_report_without_any_finished_run(tmp_path):
     check_or_write_spec(tmp_path, spec_dict(tiny(), ["standard", "gqa"], [0]))
     report = write_report(tmp_path)

@@ -20,8 +20,8 @@ from ..analysis.rank import STATS as RANK_STATS
 from ..atomic import write_text
 from ..configio import load_toml
 from ..errors import ConfigError
-from ..rundir import (COMPARE_SPEC_FILE, CURVES_FILE, DONE_STATUSES, REPORT_FILE, RESULTS_FILE, SHIPPED_RUN_FILES,
-                      read_metrics, read_summary)
+from ..rundir import (ACCURACY_CURVES_FILE, COMPARE_SPEC_FILE, CURVES_FILE, DONE_STATUSES, REPORT_FILE,
+                      RESULTS_FILE, SHIPPED_RUN_FILES, read_metrics, read_summary)
 from ..rundir import comparison_run_dir as run_dir
 from .hijack_report import ACCURACY_FILE, MASS_FILE, hijack_results, hijack_tables, plot_hijack
 from .stats import Summary, describe, welch_ttest
@@ -33,6 +33,7 @@ __all__ = [
     "compute_results",
     "export_comparison",
     "load_curve",
+    "plot_accuracy_curves",
     "plot_loss_curves",
     "read_results",
     "render_markdown",
@@ -49,7 +50,8 @@ class RunRecord:
     """One (variant, seed) run as found on disk.
 
     ``status``: the summary's status ("finished", "diverged", "interrupted"), "incomplete" (a directory
-    without a summary) or "missing". ``curve``: {step: (tokens, val_loss)} from metrics.jsonl.
+    without a summary) or "missing". ``curve``: {step: (tokens, val_loss)} from metrics.jsonl;
+    ``accuracy_curve``: {step: val_accuracy} at the evaluations that logged one.
     ``diagnostics``: the latest weight and gate statistics in metrics.jsonl (see :func:`diagnostics_of`).
     """
 
@@ -60,6 +62,7 @@ class RunRecord:
     summary: dict = field(default_factory=dict)
     curve: dict = field(default_factory=dict)
     diagnostics: dict = field(default_factory=dict)
+    accuracy_curve: dict = field(default_factory=dict)
 
     @property
     def final_val_loss(self) -> float | None:
@@ -95,6 +98,14 @@ def load_curve(path: Path, rows: list[dict] | None = None) -> dict[int, tuple[fl
         if _finite(row.get("val_loss")) and isinstance(row.get("step"), int):
             tokens = row.get("tokens")
             curve[row["step"]] = (tokens if _finite(tokens) else None, float(row["val_loss"]))
+    return dict(sorted(curve.items()))
+
+
+def load_accuracy_curve(rows: list[dict]) -> dict[int, float]:
+    """{step: val_accuracy} of the evaluation rows of metrics.jsonl that logged a finite accuracy (the last value
+    of a step logged twice)."""
+    curve = {row["step"]: float(row["val_accuracy"]) for row in rows
+             if _finite(row.get("val_accuracy")) and isinstance(row.get("step"), int)}
     return dict(sorted(curve.items()))
 
 
@@ -148,7 +159,7 @@ def collect_runs(out_dir, variants, seeds) -> list[RunRecord]:
                 status = "incomplete" if path.exists() else "missing"
             rows = read_metrics(path)
             records.append(RunRecord(variant, seed, path, status, summary or {}, load_curve(path, rows),
-                                     _last_diagnostics(rows)))
+                                     _last_diagnostics(rows), load_accuracy_curve(rows)))
     return records
 
 
@@ -229,11 +240,13 @@ def _diagnostics_summary(records: list[RunRecord]) -> dict:
 
 
 def _curve_summary(curves: list[dict]) -> dict[int, Summary]:
-    """{step: n/mean/std of the validation loss} at the steps every curve ({step: (tokens, loss)}) evaluated."""
+    """{step: n/mean/std of the value} at the steps every curve evaluated; a curve is {step: value} or, for the
+    loss, {step: (tokens, loss)}."""
     if not curves:
         return {}
     steps = sorted(set.intersection(*(set(c) for c in curves)))
-    return {s: describe([c[s][1] for c in curves]) for s in steps}
+    value = lambda v: v[1] if isinstance(v, tuple) else v
+    return {s: describe([value(c[s]) for c in curves]) for s in steps}
 
 
 def compute_results(spec: dict, records: list[RunRecord]) -> dict:
@@ -244,6 +257,7 @@ def compute_results(spec: dict, records: list[RunRecord]) -> dict:
     accs = {v: [r.final_val_accuracy for r in rs if r.usable and r.final_val_accuracy is not None]
             for v, rs in by_variant.items()}
     curves = {v: [r.curve for r in rs if r.usable and r.curve] for v, rs in by_variant.items()}
+    acc_curves = {v: [r.accuracy_curve for r in rs if r.usable and r.accuracy_curve] for v, rs in by_variant.items()}
     baseline = variants[0]
     base_summary, base_acc = describe(losses[baseline]), describe(accs[baseline])
     rows = []
@@ -269,6 +283,7 @@ def compute_results(spec: dict, records: list[RunRecord]) -> dict:
             "tokens_per_s_mean": _mean(r.summary.get("tokens_per_s") for r in rs if r.usable),
             "diagnostics": _diagnostics_summary([r for r in rs if r.usable]),
             "val_curve": {step: st.to_dict() for step, st in _curve_summary(curves[v]).items()},
+            "val_accuracy_curve": {step: st.to_dict() for step, st in _curve_summary(acc_curves[v]).items()},
             "n_params": _params(rs),
             "runs": [_run_row(r) for r in rs],
         })
@@ -374,10 +389,10 @@ def _seed_table(results: dict) -> list[str]:
 CURVE_COLUMNS = 6  # the during-training table shows at most this many evaluation steps
 
 
-def _curve_steps(results: dict) -> list[int]:
-    """Up to CURVE_COLUMNS evaluation steps after step 0 that every variant's finished runs share, evenly spread
-    and always including the first and the last."""
-    curves = [row.get("val_curve") or {} for row in results["variants"]]
+def _curve_steps(results: dict, key: str = "val_curve") -> list[int]:
+    """Up to CURVE_COLUMNS evaluation steps after step 0 that every variant's finished runs share in
+    ``row[key]``, evenly spread and always including the first and the last."""
+    curves = [row.get(key) or {} for row in results["variants"]]
     curves = [c for c in curves if c]
     if not curves:
         return []
@@ -388,18 +403,27 @@ def _curve_steps(results: dict) -> list[int]:
     return [steps[round(i * last / (CURVE_COLUMNS - 1))] for i in range(CURVE_COLUMNS)]
 
 
-def _curve_table(results: dict, heading: str) -> list[str]:
-    """Validation loss at a few evaluation steps: mean ± std over the finished seeds (how fast, not only how far)."""
-    steps = _curve_steps(results)
+def _percent(d: dict | None) -> dict | None:
+    """A summary dict of fractions as percentages."""
+    return d and {k: (100 * v if k in ("mean", "std") and v is not None else v) for k, v in d.items()}
+
+
+def _curve_table(results: dict, heading: str, key: str = "val_curve") -> list[str]:
+    """The validation loss (``key="val_curve"``) or accuracy in % (``"val_accuracy_curve"``) at a few evaluation
+    steps: mean ± std over the finished seeds (how fast, not only how far)."""
+    steps = _curve_steps(results, key)
     if not steps:
         return []
-    lines = [f"{heading} Validation loss during training", "",
+    accuracy = key == "val_accuracy_curve"
+    lines = [f"{heading} Validation {'accuracy (%)' if accuracy else 'loss'} during training", "",
              "Mean ± std over the finished seeds, at up to six evaluation steps that every variant's finished runs "
              "share.", "", "| variant | " + " | ".join(f"step {s}" for s in steps) + " |",
              "|---" * (len(steps) + 1) + "|"]
     for row in results["variants"]:
-        curve = {int(k): v for k, v in (row.get("val_curve") or {}).items()}
-        lines.append(f"| {row['variant']} | " + " | ".join(_mean_std(curve.get(s), ".4f") for s in steps) + " |")
+        curve = {int(k): v for k, v in (row.get(key) or {}).items()}
+        cells = [_mean_std(_percent(curve.get(s)), ".2f") if accuracy else _mean_std(curve.get(s), ".4f")
+                 for s in steps]
+        lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
@@ -472,12 +496,14 @@ def results_tables(results: dict, heading: str = "##") -> str:
     hijack = hijack_tables(results["hijack"], heading) if results.get("hijack") else []
     return "\n".join([*_table(results), "", *_accuracy_table(results, heading), *hijack,
                       f"{heading} Final validation loss per seed", "", *_seed_table(results),
-                      "", *_curve_table(results, heading), *_diagnostics_tables(results, heading)]).rstrip("\n") + "\n"
+                      "", *_curve_table(results, heading), *_curve_table(results, heading, "val_accuracy_curve"),
+                      *_diagnostics_tables(results, heading)]).rstrip("\n") + "\n"
 
 
-def render_markdown(results: dict, curves_file: str | None = CURVES_FILE) -> str:
+def render_markdown(results: dict, curves_file: str | None = CURVES_FILE,
+                    accuracy_curves_file: str | None = None) -> str:
     """report.md: results table, per-seed losses, weight and gate diagnostics, settings, notes, runs left out,
-    the loss-curve plot."""
+    the loss-curve plot (and the accuracy curves, when a plot of them was written)."""
     parts = ["# Attention variant comparison", "", results_tables(results), "## Settings", "",
              *_settings_lines(results), "", "## Notes", "", *_notes(results)]
     problems = _problem_runs(results)
@@ -488,6 +514,9 @@ def render_markdown(results: dict, curves_file: str | None = CURVES_FILE) -> str
         parts.append(f"![validation loss vs tokens, mean ± 1 std over finished seeds]({curves_file})")
     else:
         parts.append("No validation losses logged yet.")
+    if accuracy_curves_file:
+        parts += ["", "## Validation accuracy curves", "",
+                  f"![validation accuracy vs step, mean ± 1 std over finished seeds]({accuracy_curves_file})"]
     if results.get("hijack"):
         parts += ["", "## Hijack sweep plots", "", f"![accuracy at the hijack query against m]({ACCURACY_FILE})", "",
                   f"![retrieval head's mass on the unique binding and the cluster against m]({MASS_FILE})"]
@@ -498,17 +527,18 @@ def render_markdown(results: dict, curves_file: str | None = CURVES_FILE) -> str
 
 
 def _mean_band(curves: list[dict]):
-    """x (tokens, else steps), mean and std (ddof=1; None for one curve) over the steps all curves share."""
+    """x (tokens, else steps), mean and std (ddof=1; None for one curve) over the steps all curves share; a curve
+    is {step: (tokens, loss)} or {step: value} (x is then the step)."""
     stats = _curve_summary(curves)
-    xs = [curves[0][s][0] if curves[0][s][0] is not None else s for s in stats]
+    first = curves[0]
+    xs = [first[s][0] if isinstance(first[s], tuple) and first[s][0] is not None else s for s in stats]
     return xs, [st.mean for st in stats.values()], [st.std for st in stats.values()]
 
 
-def plot_loss_curves(records: list[RunRecord], variants: list[str], path) -> Path | None:
-    """Validation loss vs tokens: a mean line and a ±1 std band per variant over its finished seeds.
-
-    Returns ``path``, or None (nothing written) when no finished run has a validation loss.
-    """
+def _plot_curves(records: list[RunRecord], variants: list[str], path, accuracy: bool) -> Path | None:
+    """A mean line and a ±1 std band per variant over its finished seeds: the validation loss against tokens, or
+    the validation accuracy (%) against steps. Returns ``path``, or None (nothing written) when no finished run
+    logged the quantity."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # no pyplot: no global backend state
 
@@ -517,7 +547,9 @@ def plot_loss_curves(records: list[RunRecord], variants: list[str], path) -> Pat
     ax = fig.add_subplot()
     drawn = False
     for variant in variants:
-        curves = [r.curve for r in records if r.variant == variant and r.usable and r.curve]
+        runs = [r for r in records if r.variant == variant and r.usable]
+        curves = [{s: 100 * a for s, a in r.accuracy_curve.items()} if accuracy else r.curve for r in runs]
+        curves = [c for c in curves if c]
         if not curves:
             continue
         xs, mean, std = _mean_band(curves)
@@ -531,16 +563,33 @@ def plot_loss_curves(records: list[RunRecord], variants: list[str], path) -> Pat
         drawn = True
     if not drawn:
         return None
-    use_tokens = any(r.curve and next(iter(r.curve.values()))[0] is not None for r in records)
+    use_tokens = not accuracy and any(r.curve and next(iter(r.curve.values()))[0] is not None for r in records)
     ax.set_xlabel("tokens seen" if use_tokens else "step")
-    ax.set_ylabel("validation loss")
-    ax.set_title("Validation loss: mean ± 1 std over seeds")
+    quantity = "validation accuracy (%)" if accuracy else "validation loss"
+    ax.set_ylabel(quantity)
+    ax.set_title(f"{quantity[0].upper()}{quantity[1:]}: mean ± 1 std over seeds")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize="small", ncol=2 if len(variants) > 6 else 1)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path)
     return path
+
+
+def plot_loss_curves(records: list[RunRecord], variants: list[str], path) -> Path | None:
+    """Validation loss vs tokens: a mean line and a ±1 std band per variant over its finished seeds.
+
+    Returns ``path``, or None (nothing written) when no finished run has a validation loss.
+    """
+    return _plot_curves(records, variants, path, accuracy=False)
+
+
+def plot_accuracy_curves(records: list[RunRecord], variants: list[str], path) -> Path | None:
+    """Validation accuracy (%) vs step (the learning curves of a task): a mean line and a ±1 std band per variant.
+
+    Returns ``path``, or None (nothing written) when no finished run logged an accuracy.
+    """
+    return _plot_curves(records, variants, path, accuracy=True)
 
 
 # ------------------------------------------------------------------------------------------------------- writing
@@ -596,13 +645,17 @@ def write_report(out_dir) -> Path:
     out_dir = Path(out_dir)
     results, records = read_results(out_dir)
     write_text(out_dir / RESULTS_FILE, json.dumps(results, indent=2, allow_nan=False) + "\n")
-    plot = plot_loss_curves(records, [row["variant"] for row in results["variants"]], out_dir / CURVES_FILE)
+    variants = [row["variant"] for row in results["variants"]]
+    plot = plot_loss_curves(records, variants, out_dir / CURVES_FILE)
     if plot is None:
         (out_dir / CURVES_FILE).unlink(missing_ok=True)  # a stale plot would contradict the report
+    if plot_accuracy_curves(records, variants, out_dir / ACCURACY_CURVES_FILE) is None:
+        (out_dir / ACCURACY_CURVES_FILE).unlink(missing_ok=True)
     for name in (ACCURACY_FILE, MASS_FILE):
         (out_dir / name).unlink(missing_ok=True)  # a stale plot would contradict the report
     if results.get("hijack"):
         plot_hijack(results["hijack"], out_dir)
     report = out_dir / REPORT_FILE
-    write_text(report, render_markdown(results, plot.name if plot else None))
+    accuracy_plot = ACCURACY_CURVES_FILE if (out_dir / ACCURACY_CURVES_FILE).exists() else None
+    write_text(report, render_markdown(results, plot.name if plot else None, accuracy_plot))
     return report
