@@ -261,3 +261,27 @@ def test_prior_arguments_are_checked():
         attention(q, q, q, causal=True, logit_prior=torch.zeros(1, 2, 4))
     with pytest.raises(ValueError, match="normalizer='softmax'"):
         attention(q, q, q, causal=True, normalizer="none", logit_prior=torch.zeros(1, 2, 5))
+
+
+def test_hijack_share_against_m_matches_closed_forms():
+    """attnlab.experiments.magnitude_demo.hijack_share_against_m (the mechanism table of the capability study)
+    against the closed forms, written from the formulas: the clones sit far from the unique key (Z ~ 1e-11 between
+    them), so the unique key's weight is a = 1/(1 + eps), a clone's 1/(m + eps) in the prefix form and the r-th
+    clone's 1/(r + eps) in the causal form. Share of the unique key, s = 20: softmax s/(s + m); linear gate and
+    logit prior s a / (s a + sum_c w_c); clamp gate s sig(a) / (s sig(a) + sum_c sig(w_c)). Tolerance 1e-9: the
+    closed forms drop only the e^-25 coupling between the clones and the unique key."""
+    from attnlab.experiments.magnitude_demo import hijack_share_against_m
+
+    eps, s = 1e-3, 20.0
+    sig = lambda x: 1 / (1 + math.exp(-x))
+    a = 1 / (1 + eps)
+    for m, row in hijack_share_against_m((0, 4, 16, 64), s, eps).items():
+        clones = {"prefix": [1 / (m + eps)] * m, "causal": [1 / (r + eps) for r in range(1, m + 1)]}
+        assert row["softmax"] == pytest.approx(s / (s + m), abs=1e-12)
+        for form, w in clones.items():
+            linear = s * a / (s * a + sum(w))
+            assert row[f"logits/{form}"] == pytest.approx(linear, abs=1e-9)
+            assert row[f"values/{form}/linear"] == pytest.approx(linear, abs=1e-9)
+            clamp = s * sig(a) / (s * sig(a) + sum(map(sig, w)))
+            assert row[f"values/{form}/clamp"] == pytest.approx(clamp, abs=1e-9)
+    assert row["logits/prefix"] > 0.95 > row["logits/causal"] > 0.8 > row["values/prefix/clamp"] > row["softmax"]

@@ -19,14 +19,14 @@ from ..functional import magnitude as M
 CLUSTER, UNIQUE_SCORE = 50, 20.0  # seed 000: 50 keys with exp score 1 against one key with exp score 20
 
 
-def _hijack_keys(eps: float):
-    """Query e1; keys: 50 clones at 10 e2 (q.k = 0, exp score 1), then the unique key ln(20) e1 (exp score 20)."""
+def _hijack_keys(eps: float, m: int = CLUSTER, unique_score: float = UNIQUE_SCORE):
+    """Query e1; keys: m clones at 10 e2 (q.k = 0, exp score 1), then the unique key ln(s) e1 (exp score s)."""
     d = 4
     q = torch.zeros(1, 1, 1, d, dtype=torch.float64)
     q[..., 0] = 1.0
-    k = torch.zeros(1, 1, CLUSTER + 1, d, dtype=torch.float64)
-    k[..., :CLUSTER, 1] = 10.0  # far from the unique key: Z between them = exp(-t * (100 + ln(20)^2) / d) ~ 1e-11
-    k[..., CLUSTER, 0] = math.log(UNIQUE_SCORE)
+    k = torch.zeros(1, 1, m + 1, d, dtype=torch.float64)
+    k[..., :m, 1] = 10.0  # far from the unique key: Z between them = exp(-t * (100 + ln(20)^2) / d) ~ 1e-11
+    k[..., m, 0] = math.log(unique_score)
     return q, k
 
 
@@ -54,6 +54,45 @@ def hijacking(eps: float = 1e-3, t: float = 1.0) -> dict:
             g = M.gate(w, 1.0, 0.0, gate)
             out["value_mass"][f"{form}/{gate}"] = {"unique": float(p[-1] * g[-1]),
                                                    "cluster": float((p[:-1] * g[:-1]).sum())}
+    return out
+
+
+HIJACK_MS = (0, 4, 16, 64)  # the cluster sizes of the hijack task's sweep (attnlab.tasks.hijack.SWEEP_M)
+
+
+def hijack_share_against_m(ms=HIJACK_MS, unique_score: float = UNIQUE_SCORE, eps: float = 1e-3) -> dict:
+    """Seed 000's hijacking as the cluster grows, for the mechanism alone (no training): m clones with exp score 1
+    (at 10 e2, q.k = 0), then the unique key with exp score ``unique_score`` (ln(score) e1), read by the query e1.
+
+    Returns {m: {form: share}}, the unique key's share of what the query reads:
+
+    - ``softmax``: p_u = s / (s + m);
+    - ``values/<causal|prefix>/<gate>``: the magnitude gate on the values (beta = 1, gamma = 0, the initial
+      parameters), share = p_u g_u / sum_j p_j g_j of the output o = sum_j p_j g_j v_j;
+    - ``logits/<causal|prefix>``: the weights as a logit prior, share = w_u e^{z_u} / sum_j w_j e^{z_j}
+      (weights below PRIOR_FLOOR floored, as the layer does).
+
+    The causal form weighs each key inside its own prefix (the r-th clone 1/(r + eps): the cluster counts as a
+    harmonic number H_m of keys); the prefix form weighs the keys inside the query's prefix (each clone
+    1/(m + eps): the cluster counts as one key).
+    """
+    out = {}
+    for m in ms:
+        q, k = _hijack_keys(eps, m, unique_score)
+        z = torch.einsum("d,nd->n", q[0, 0, 0], k[0, 0])
+        p = torch.softmax(z, dim=0)
+        row = {"softmax": float(p[-1])}
+        sim = M.similarity(k[0, 0], 1.0)
+        L, y, _ = M.prefix_factor(sim, eps)
+        weights = {"causal": M.own_prefix_weights_from_factor(L, y),  # each key inside its own prefix
+                   "prefix": M.prefix_weight_matrix_from_factor(L, y)[-1]}  # inside the query's prefix
+        for form, w in weights.items():
+            for gate in M.GATES:
+                mass = p * M.gate(w, 1.0, 0.0, gate)
+                row[f"values/{form}/{gate}"] = float(mass[-1] / mass.sum())
+            prior = torch.softmax(z + M.log_prior(w), dim=0)
+            row[f"logits/{form}"] = float(prior[-1])
+        out[m] = row
     return out
 
 
@@ -87,9 +126,9 @@ def effective_number(n: int = 3, ts=(0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 20.0)) -> di
 
 
 def run_demo(eps: float = 1e-3) -> dict:
-    """All of seed 000's numbers as a dict: hijacking, cluster_collapse, effective_number."""
+    """All of seed 000's numbers as a dict: hijacking, cluster_collapse, effective_number, hijack_against_m."""
     return {"hijacking": hijacking(eps), "cluster_collapse": cluster_collapse(eps=eps),
-            "effective_number": effective_number()}
+            "effective_number": effective_number(), "hijack_against_m": hijack_share_against_m(eps=eps)}
 
 
 def _families(n: int, d: int) -> dict:
@@ -164,6 +203,12 @@ def _print(result: dict) -> None:
           f"{c['magnitude']:.6f} (closed form n/(n+eps) = {c['closed_form']:.6f}); linear gate: cluster = "
           f"{c['linear_gate_cluster_units']:.4f} unit; causal per-key form: {c['causal_form_cluster_units']:.4f} "
           f"(harmonic number {c['harmonic_number']:.4f})")
+    rows = result["hijack_against_m"]
+    print("Hijacking against the cluster size m: the unique key's share of the readout (exp score 20 against 1 per "
+          "clone; gates at beta=1, gamma=0)")
+    print(f"    {'form':22s}" + "".join(f"{'m = ' + str(m):>10s}" for m in rows))
+    for form in next(iter(rows.values())):
+        print(f"    {form:22s}" + "".join(f"{row[form]:>10.4f}" for row in rows.values()))
     e = result["effective_number"]
     print(f"Effective number of {e['n']} points: clones {e['clones']:.4f}, far apart {e['far_apart']:.4f}; in between:")
     for b in e["between"]:
