@@ -267,10 +267,11 @@ def test_mqar_query_distances_vary():
 # ------------------------------------------------------------------------------------------ hijack: (b) and (c)
 
 
-@pytest.mark.parametrize("n_queries,seq_len,neutral", [(1, 160, True), (4, 163, True), (2, 157, False)])
+@pytest.mark.parametrize("n_queries,seq_len,neutral,packed", [(1, 160, True, False), (4, 163, True, False),
+                                                               (2, 157, False, False), (2, 157, False, True)])
 @pytest.mark.parametrize("m", [0, 4, 16, 64])
-def test_hijack_cluster_is_m_copies_of_one_key_and_the_answer_is_determined(m, n_queries, seq_len, neutral):
-    task = Hijack(m=m, n_queries=n_queries, seq_len=seq_len, neutral=neutral)
+def test_hijack_cluster_is_m_copies_of_one_key_and_the_answer_is_determined(m, n_queries, seq_len, neutral, packed):
+    task = Hijack(m=m, n_queries=n_queries, seq_len=seq_len, neutral=neutral, packed=packed)
     x, y = task.sample(100, np.random.default_rng(m))
     assert x.shape == (100, seq_len)  # the length does not depend on m
     roles = task.roles(x)
@@ -292,6 +293,10 @@ def test_hijack_cluster_is_m_copies_of_one_key_and_the_answer_is_determined(m, n
             unmarked = [r for r in range(len(row) - 1) if 3 <= row[r] < 3 + task.n_keys and (r == 0 or row[r - 1] != 1)]
             assert len(unmarked) == m + n_queries - 1  # the cluster copies, and the keys of the earlier queries
             assert (row == 0).sum() == 2 * (task.capacity - m) + (len(row) + 1 - 3 * task.n_marked - 3 * n_queries) % 2
+        if packed:  # the filler first, then the 3 n_marked + 2 m tokens of the bindings, then the queries
+            bindings = 3 * task.n_marked + 2 * m
+            first_query = len(row) + 1 - 3 * n_queries
+            assert (row[:first_query - bindings] == 0).all() and (row[first_query - bindings:first_query] != 0).all()
 
 
 def test_hijack_m_range_is_drawn_per_sequence():
@@ -388,6 +393,8 @@ BAD = [
     ("hijack", {"m": 10, "m_max": 4}, "data.task.m_max=4 is out of range; allowed 10..65"),
     ("hijack", {"m": 64, "seq_len": 120}, "data.task.m=64 is out of range; allowed 0..45"),
     ("hijack", {"m": True}, "data.task.m=True must be an integer"),
+    ("hijack", {"packed": True}, "hijack: packed=true needs neutral=false"),
+    ("hijack", {"packed": 1, "neutral": False}, "hijack: packed=1 is not allowed; choose true or false"),
     ("hijack", {"n_marked": 0}, "data.task.n_marked=0 is out of range; allowed 1..32"),
     ("hijack", {"n_keys": 1}, "data.task.n_keys=1 is out of range; allowed >= 2"),
     ("hijack", {"n_queries": 9}, "data.task.n_queries=9 is out of range; allowed 1..8"),

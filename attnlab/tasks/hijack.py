@@ -39,7 +39,9 @@ class Hijack(Task):
     - ``capacity - m`` neutral bindings ``key value``, unmarked, each key drawn uniformly from the keys other than k
       (they may repeat a marked key) and each value uniformly;
 
-    where ``capacity = (T + 1 - 3 * n_marked - 3 * n_queries) // 2``, so the length does not depend on m. A query
+    where ``capacity = (T + 1 - 3 * n_marked - 3 * n_queries) // 2``, so the length does not depend on m. With
+    ``neutral=false`` filler pairs ``_ _`` take the neutral bindings' places, and with ``packed=true`` as well
+    they all come first, the bindings after them. A query
     asks for its key's *marked* binding; the answer positions are the query keys (after reading a query's key, the
     model must give the value of that key's marked binding). The last query is the hijack query: it asks for k, at
     the last position (after reading it the model must give v). The ``n_queries - 1`` queries before it ask other
@@ -79,7 +81,7 @@ class Hijack(Task):
     Example (``Hijack.tiny().example()``)::
 
         >>> print(Hijack.tiny().example())
-        hijack(n_marked=2, n_keys=4, n_values=4, n_queries=1, m=2, m_max=None, neutral=True, seq_len=16); chance 0.2500
+        hijack(n_marked=2, n_keys=4, n_values=4, n_queries=1, m=2, m_max=None, neutral=True, packed=False, seq_len=16); chance 0.2500
         x * k2 v3 k3 v2 k2 v2 k1 v2 * k3 v0 k3 v2 ? k3
         y - -  -  -  -  -  -  -  -  - -  -  -  -  - v0
     """
@@ -107,13 +109,21 @@ class Hijack(Task):
     """Fill the capacity the cluster leaves with neutral bindings ``key value`` of other keys (True), or with filler
     pairs ``_ _`` (False: the cluster and the marked bindings are then the only bindings, which is learned much
     faster at long T)."""
+    packed: bool = False
+    """With neutral=false: the filler pairs come first and the bindings (marked and cluster, in random order)
+    after them, just before the queries, instead of filler and bindings shuffled together. The bindings then span
+    3 n_marked + 2 m tokens whatever T is, so small clusters are short-range recall."""
     seq_len: int = 160
     """T, the tokens of x and of y; it sets the capacity, (T + 1 - 3 * n_marked - 3 * n_queries) // 2."""
 
     def __post_init__(self):
         check_int("seq_len", self.seq_len, 5)
-        if not isinstance(self.neutral, bool):
-            raise ConfigError(f"hijack: neutral={self.neutral!r} is not allowed; choose true or false")
+        for name in ("neutral", "packed"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"hijack: {name}={getattr(self, name)!r} is not allowed; choose true or false")
+        if self.packed and self.neutral:
+            raise ConfigError("hijack: packed=true needs neutral=false (it moves the filler pairs first; neutral "
+                              "bindings are not filler)")
         check_int("n_keys", self.n_keys, 2)
         check_int("n_values", self.n_values, 2)
         check_int("n_marked", self.n_marked, 1, min(self.n_keys, (self.seq_len - 2) // 3),
@@ -166,6 +176,9 @@ class Hijack(Task):
         other += other >= target[:, None]  # neutral keys skip the target key
         other_values = rng.integers(0, self.n_values, size=(n, room))
         record = distinct(rng, n, marked + cap, marked + cap)  # record slot -> item, a random order
+        if self.packed:  # the idle items (filler pairs) first, the bindings after them in their random order
+            idle_first = np.argsort(record - marked < m[:, None], axis=1, kind="stable")
+            record = np.take_along_axis(record, idle_first, axis=1)
 
         # items 0..marked-1: the marked bindings (0 the target's); then m cluster copies; then neutral bindings
         is_marked = record < marked
