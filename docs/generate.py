@@ -9,7 +9,9 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
 - ``SWITCHES:<Class>``: every field of a config dataclass (AttentionConfig, GPTConfig, TrainConfig, DataConfig)
   with its type, default and documentation, read from the dataclass and its source (the field's docstring);
 - ``RESULTS:<dir>``: the tables ``attnlab report`` computes from the raw run logs in ``results/<dir>/``;
-- ``TASKS``: the task registry (:mod:`attnlab.tasks`): each task's summary, defaults and computed chance accuracy.
+- ``TASKS``: the task registry (:mod:`attnlab.tasks`): each task's summary, defaults and computed chance accuracy;
+- ``HIJACK-MECHANISM``: seed 000's hijacking against the cluster size m for the mechanism alone
+  (:func:`attnlab.experiments.magnitude_demo.hijack_share_against_m`).
 
 Blocks with other names (the hand-written ``MAGNITUDE-TEXT`` and the like) are left alone. tests/test_docs.py
 imports this file and checks that every committed block equals what it generates, so the text cannot drift from
@@ -28,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)?):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
-GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS")
+GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM")
 
 
 def pages() -> list[Path]:
@@ -155,6 +157,24 @@ def tasks_table(to_docs: str = "") -> str:
 # ------------------------------------------------------------------------------------------------------- results
 
 
+_MECHANISM_ROWS = (("softmax", "softmax"), ("values/causal/clamp", "causal, clamp gate on the values (default)"),
+                   ("values/prefix/clamp", "prefix, clamp gate on the values"),
+                   ("values/causal/linear", "causal, linear gate on the values"),
+                   ("values/prefix/linear", "prefix, linear gate on the values"),
+                   ("logits/causal", "causal, logit prior"), ("logits/prefix", "prefix, logit prior"))
+
+
+def hijack_mechanism_table() -> str:
+    """The unique key's share of the readout against m, per form (magnitude_demo.hijack_share_against_m)."""
+    from attnlab.experiments.magnitude_demo import hijack_share_against_m
+
+    shares = hijack_share_against_m()
+    rows = ["| form | " + " | ".join(f"m = {m}" for m in shares) + " |", "|---" * (len(shares) + 1) + "|"]
+    for key, label in _MECHANISM_ROWS:
+        rows.append(f"| {label} | " + " | ".join(f"{row[key]:.3f}" for row in shares.values()) + " |")
+    return "\n".join(rows) + "\n"
+
+
 def results_block(name: str) -> str:
     """What ``attnlab report results/<name>`` prints as tables, from the raw logs shipped there."""
     from attnlab.experiments.report import read_results, results_tables
@@ -177,6 +197,8 @@ def render(name: str, page: Path) -> str | None:
         return results_block(name.split(":", 1)[1])
     if name == "TASKS":
         return tasks_table(to_docs)
+    if name == "HIJACK-MECHANISM":
+        return hijack_mechanism_table()
     return None
 
 
