@@ -641,7 +641,10 @@ def test_parallel_jobs_survive_sigint_and_resume(tmp_path, signame):
            "--seeds", "0", "--jobs", "2", "--threads", "1", "--out-dir", str(out),
            f"data.cache_dir={tmp_path / 'cache'}", "train.max_steps=3000", "train.eval_interval=1000",
            "train.sample_tokens=0", "train.log_interval=10"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # SIGINT at its default in the child: a shell that runs the test suite as a background job (`... &`) starts
+    # it with SIGINT ignored, which exec passes on, and Python then leaves SIGINT ignored (as in `nohup cmd &`)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     metrics = [run_dir(out, v, 0) / "metrics.jsonl" for v in ("standard", "mqa")]
     deadline = time.monotonic() + 120
     while not all(m.exists() and len(m.read_text().splitlines()) >= 3 for m in metrics):
