@@ -649,13 +649,14 @@ def write_report(out_dir) -> Path:
     plot = plot_loss_curves(records, variants, out_dir / CURVES_FILE)
     if plot is None:
         (out_dir / CURVES_FILE).unlink(missing_ok=True)  # a stale plot would contradict the report
-    if plot_accuracy_curves(records, variants, out_dir / ACCURACY_CURVES_FILE) is None:
+    accuracy_plot = plot_accuracy_curves(records, variants, out_dir / ACCURACY_CURVES_FILE)
+    if accuracy_plot is None:
         (out_dir / ACCURACY_CURVES_FILE).unlink(missing_ok=True)
     for name in (ACCURACY_FILE, MASS_FILE):
         (out_dir / name).unlink(missing_ok=True)  # a stale plot would contradict the report
     if results.get("hijack"):
         plot_hijack(results["hijack"], out_dir)
     report = out_dir / REPORT_FILE
-    accuracy_plot = ACCURACY_CURVES_FILE if (out_dir / ACCURACY_CURVES_FILE).exists() else None
-    write_text(report, render_markdown(results, plot.name if plot else None, accuracy_plot))
+    write_text(report, render_markdown(results, plot.name if plot else None,
+                                       accuracy_plot.name if accuracy_plot else None))
     return report
