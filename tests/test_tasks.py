@@ -147,7 +147,8 @@ def parse_hijack(task: Hijack, row) -> HijackParse:
     t = (len(row) + 1 - 3 * task.n_marked - 3 * task.n_queries) % 2  # one filler token when the parity needs it
     assert row[:t] == [0] * t
     records = []  # (marked, key position, key, value)
-    while row[t] != 2:  # the records
+    first_query = len(row) + 1 - 3 * task.n_queries  # the queries fill the end of the stream
+    while t < first_query:  # the records
         if row[t] == 0 and not task.neutral:
             assert row[t + 1] == 0, f"a filler record is _ _, at {t}"
             t += 2
@@ -160,7 +161,7 @@ def parse_hijack(task: Hijack, row) -> HijackParse:
     expected = [-1] * len(row)
     asked = []
     while t < len(row):  # the queries
-        assert row[t] == 2 and is_key(row[t + 1]), f"a query is ? key [value], at {t}"
+        assert row[t] == (1 if task.marked_query else 2) and is_key(row[t + 1]), f"a query is ?|* key [value], at {t}"
         key = row[t + 1]
         marked = [r for r in records if r[0] and r[2] == key]
         assert len(marked) == 1, "(c) exactly one marked binding of a query's key"
@@ -267,11 +268,14 @@ def test_mqar_query_distances_vary():
 # ------------------------------------------------------------------------------------------ hijack: (b) and (c)
 
 
-@pytest.mark.parametrize("n_queries,seq_len,neutral,packed", [(1, 160, True, False), (4, 163, True, False),
-                                                               (2, 157, False, False), (2, 157, False, True)])
+@pytest.mark.parametrize("n_queries,seq_len,neutral,packed,marked_query",
+                         [(1, 160, True, False, False), (4, 163, True, False, False), (2, 157, False, False, False),
+                          (2, 157, False, True, False), (6, 169, False, False, True), (6, 169, False, True, True)])
 @pytest.mark.parametrize("m", [0, 4, 16, 64])
-def test_hijack_cluster_is_m_copies_of_one_key_and_the_answer_is_determined(m, n_queries, seq_len, neutral, packed):
-    task = Hijack(m=m, n_queries=n_queries, seq_len=seq_len, neutral=neutral, packed=packed)
+def test_hijack_cluster_is_m_copies_of_one_key_and_the_answer_is_determined(m, n_queries, seq_len, neutral, packed,
+                                                                         marked_query):
+    task = Hijack(m=m, n_queries=n_queries, seq_len=seq_len, neutral=neutral, packed=packed,
+                  marked_query=marked_query)
     x, y = task.sample(100, np.random.default_rng(m))
     assert x.shape == (100, seq_len)  # the length does not depend on m
     roles = task.roles(x)
@@ -291,7 +295,8 @@ def test_hijack_cluster_is_m_copies_of_one_key_and_the_answer_is_determined(m, n
         assert np.flatnonzero(row_roles == 3).tolist() == [p.query_pos]
         if not neutral:  # the marked bindings and the cluster are the only bindings; filler pairs fill the rest
             unmarked = [r for r in range(len(row) - 1) if 3 <= row[r] < 3 + task.n_keys and (r == 0 or row[r - 1] != 1)]
-            assert len(unmarked) == m + n_queries - 1  # the cluster copies, and the keys of the earlier queries
+            # the cluster copies, and the keys of the earlier queries unless those are marked too
+            assert len(unmarked) == m + (0 if marked_query else n_queries - 1)
             assert (row == 0).sum() == 2 * (task.capacity - m) + (len(row) + 1 - 3 * task.n_marked - 3 * n_queries) % 2
         if packed:  # the filler first, then the 3 n_marked + 2 m tokens of the bindings, then the queries
             bindings = 3 * task.n_marked + 2 * m

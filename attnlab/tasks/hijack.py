@@ -30,7 +30,8 @@ class Hijack(Task):
     Format. Token ids: ``0`` is the filler ``_``, ``1`` the marker ``*``, ``2`` the query token ``?``; keys
     ``k0..`` are ``3..n_keys+2``; values ``v0..`` are ``n_keys+3..n_keys+n_values+2``. The stream of T + 1 tokens
     is: one filler token when the parity needs it; then the *records*, in random order; then ``n_queries``
-    queries ``? key value``, the last of them the hijack query ``? k v``. The records are
+    queries ``? key value`` (``* key value`` with ``marked_query=true``), the last of them the hijack query
+    ``? k v``. The records are
 
     - ``n_marked`` marked bindings ``* key value`` with distinct keys and values drawn uniformly; the first of them
       is the *target* binding ``* k v``;
@@ -81,7 +82,7 @@ class Hijack(Task):
     Example (``Hijack.tiny().example()``)::
 
         >>> print(Hijack.tiny().example())
-        hijack(n_marked=2, n_keys=4, n_values=4, n_queries=1, m=2, m_max=None, neutral=True, packed=False, seq_len=16); chance 0.2500
+        hijack(n_marked=2, n_keys=4, n_values=4, n_queries=1, m=2, m_max=None, neutral=True, packed=False, marked_query=False, seq_len=16); chance 0.2500
         x * k2 v3 k3 v2 k2 v2 k1 v2 * k3 v0 k3 v2 ? k3
         y - -  -  -  -  -  -  -  -  - -  -  -  -  - v0
     """
@@ -113,12 +114,16 @@ class Hijack(Task):
     """With neutral=false: the filler pairs come first and the bindings (marked and cluster, in random order)
     after them, just before the queries, instead of filler and bindings shuffled together. The bindings then span
     3 n_marked + 2 m tokens whatever T is, so small clusters are short-range recall."""
+    marked_query: bool = False
+    """Write each query ``* key`` instead of ``? key``: a query is then the prefix of the marked binding it asks
+    for, so a two-token match (the marker before the key) finds the target, as an induction head would; the cluster
+    copies match only the key token. False keeps the query token ``?``."""
     seq_len: int = 160
     """T, the tokens of x and of y; it sets the capacity, (T + 1 - 3 * n_marked - 3 * n_queries) // 2."""
 
     def __post_init__(self):
         check_int("seq_len", self.seq_len, 5)
-        for name in ("neutral", "packed"):
+        for name in ("neutral", "packed", "marked_query"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"hijack: {name}={getattr(self, name)!r} is not allowed; choose true or false")
         if self.packed and self.neutral:
@@ -205,7 +210,7 @@ class Hijack(Task):
         stream[rows, key_pos + 1] = value
         asked = np.concatenate([distinct(rng, n, marked - 1, queries - 1) + 1, np.zeros((n, 1), np.int64)], axis=1)
         first = total - 3 * queries  # the queries: other marked items in random order, then the target (item 0)
-        stream[:, first::3] = QUERY
+        stream[:, first::3] = MARK if self.marked_query else QUERY
         stream[:, first + 1::3] = np.take_along_axis(keys, asked, axis=1)
         stream[:, first + 2::3] = np.take_along_axis(values, asked, axis=1) + 3 + self.n_keys
         answer = np.zeros((n, self.seq_len), dtype=bool)
