@@ -138,12 +138,14 @@ def test_a_model_trained_on_a_task_does_not_leak(tmp_path):
     assert max_leak(model) < LEAK_TOL
 
 
-def test_attention_mass_against_a_hand_count():
+@pytest.mark.parametrize("fused", [False, True])
+def test_attention_mass_against_a_hand_count(fused):
     """attention_mass averages, over the query positions, the weights on the unique key's and the cluster's
-    positions; recomputed here from the model's attention maps with explicit loops."""
+    positions; recomputed here from the model's attention maps with explicit loops. A binding is the key and the
+    value token after it, or the one binding token when fused."""
     from attnlab import GPT, GPTConfig
 
-    task = get_task("hijack", {"m": 4})
+    task = get_task("hijack", {"m": 4, "fused": fused})
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=task.vocab_size, block_size=task.seq_len, n_layer=2, n_head=2, n_embd=16))
     got = attention_mass(model, task, n=5, seed=3, batch_size=2)
@@ -159,7 +161,8 @@ def test_attention_mass_against_a_hand_count():
                     for k, role in enumerate((1, 2)):
                         keys = np.flatnonzero(roles[b] == role)
                         sums[k] += sum(maps[layer][b, head, i, j].item() for j in keys)
-                        sums[k + 2] += sum(maps[layer][b, head, i, j].item() + maps[layer][b, head, i, j + 1].item()
+                        sums[k + 2] += sum(maps[layer][b, head, i, j].item()
+                                           + (0.0 if fused else maps[layer][b, head, i, j + 1].item())
                                            for j in keys)  # a binding: the key and the value token after it
             for k, name in enumerate(("unique", "cluster", "unique_binding", "cluster_binding")):
                 assert got[name][layer, head] == pytest.approx(sums[k] / n, abs=1e-6), name

@@ -135,26 +135,35 @@ class HijackParse:
     cluster_pos: list[int]  # key positions of unmarked bindings of the query's key
     cluster_values: set
     marked_keys: list[int]
+    cluster_tokens: list[int]  # the token at each cluster key position (the key, or the fused binding token)
 
 
 def parse_hijack(task: Hijack, row) -> HijackParse:
-    """Filler 0, marker 1, query token 2, keys 3..n_keys+2, values above. Records ``* key value`` (marked) and
-    ``key value`` (unmarked) after an optional filler, then queries ``? key value``, the last one ``? key`` cut off
+    """Filler 0, marker 1, query token 2, keys 3..n_keys+2, values above, then (fused) the binding tokens. Records
+    ``* key value`` (marked) and ``key value`` (unmarked), or ``* k=v`` and ``k=v`` when fused, after an optional filler, then queries ``? key value``, the last one ``? key`` cut off
     by the end of x (the hijack query). A query's answer is the value of the marked binding of its key."""
     row = [int(t) for t in row]
     is_key = lambda t: 3 <= t < 3 + task.n_keys
-    is_value = lambda t: t >= 3 + task.n_keys
-    t = (len(row) + 1 - 3 * task.n_marked - 3 * task.n_queries) % 2  # one filler token when the parity needs it
-    assert row[:t] == [0] * t
-    records = []  # (marked, key position, key, value)
+    is_value = lambda t: 3 + task.n_keys <= t < 3 + task.n_keys + task.n_values
+    base = 3 + task.n_keys + task.n_values  # fused: binding token k=v is base + k * n_values + v
     first_query = len(row) + 1 - 3 * task.n_queries  # the queries fill the end of the stream
+    t = 0 if task.fused else (len(row) + 1 - 3 * task.n_marked - 3 * task.n_queries) % 2  # filler for the parity
+    assert row[:t] == [0] * t
+    records = []  # (marked, key position, key, value), key and value as the tokens k<a> and v<b>
     while t < first_query:  # the records
         if row[t] == 0 and not task.neutral:
-            assert row[t + 1] == 0, f"a filler record is _ _, at {t}"
-            t += 2
+            width = 1 if task.fused else 2
+            assert row[t:t + width] == [0] * width, f"a filler record is _ (fused) or _ _, at {t}"
+            t += width
             continue
         marked = row[t] == 1
         t += marked
+        if task.fused:
+            assert base <= row[t] < base + task.n_keys * task.n_values, f"a fused record is [*] k=v, at {t}"
+            key, value = divmod(row[t] - base, task.n_values)
+            records.append((marked, t, key + 3, value + 3 + task.n_keys))
+            t += 1
+            continue
         assert is_key(row[t]) and is_value(row[t + 1]), f"a record is [*] key value, at {t}"
         records.append((marked, t, row[t], row[t + 1]))
         t += 2
@@ -175,7 +184,8 @@ def parse_hijack(task: Hijack, row) -> HijackParse:
     unique = [r for r in records if r[0] and r[2] == query_key]
     cluster = [r for r in records if not r[0] and r[2] == query_key]
     return HijackParse(expected, unique[0][3], query_key, len(row) - 1, [r[1] for r in unique],
-                       [r[1] for r in cluster], {r[3] for r in cluster}, [r[2] for r in records if r[0]])
+                       [r[1] for r in cluster], {r[3] for r in cluster}, [r[2] for r in records if r[0]],
+                       [row[r[1]] for r in cluster])
 
 
 PARSERS = {"mqar": parse_mqar, "induction": parse_induction, "selective-copy": parse_selective_copy,
@@ -268,14 +278,17 @@ def test_mqar_query_distances_vary():
 # ------------------------------------------------------------------------------------------ hijack: (b) and (c)
 
 
-@pytest.mark.parametrize("n_queries,seq_len,neutral,packed,marked_query",
-                         [(1, 160, True, False, False), (4, 163, True, False, False), (2, 157, False, False, False),
-                          (2, 157, False, True, False), (6, 169, False, False, True), (6, 169, False, True, True)])
+@pytest.mark.parametrize("n_queries,seq_len,neutral,packed,marked_query,fused",
+                         [(1, 160, True, False, False, False), (4, 163, True, False, False, False),
+                          (2, 157, False, False, False, False), (2, 157, False, True, False, False),
+                          (6, 169, False, False, True, False), (6, 169, False, True, True, False),
+                          (2, 90, True, False, False, True), (6, 97, False, False, False, True),
+                          (6, 97, False, True, False, True)])
 @pytest.mark.parametrize("m", [0, 4, 16, 64])
 def test_hijack_cluster_is_m_copies_of_one_key_and_the_answer_is_determined(m, n_queries, seq_len, neutral, packed,
-                                                                         marked_query):
+                                                                         marked_query, fused):
     task = Hijack(m=m, n_queries=n_queries, seq_len=seq_len, neutral=neutral, packed=packed,
-                  marked_query=marked_query)
+                  marked_query=marked_query, fused=fused)
     x, y = task.sample(100, np.random.default_rng(m))
     assert x.shape == (100, seq_len)  # the length does not depend on m
     roles = task.roles(x)
@@ -286,22 +299,44 @@ def test_hijack_cluster_is_m_copies_of_one_key_and_the_answer_is_determined(m, n
         # target is its value
         assert len(set(p.marked_keys)) == len(p.marked_keys) == task.n_marked
         assert targets.tolist() == p.expected and targets[-1] == p.answer and (targets >= 0).sum() == n_queries
-        # (b): exactly m unmarked copies of that same key token, all bound to one distractor value, not the answer
-        assert len(p.cluster_pos) == m and all(row[i] == row[p.unique_pos[0]] for i in p.cluster_pos)
-        assert len(p.cluster_values) == (1 if m else 0) and p.answer not in p.cluster_values
+        # (b): exactly m unmarked bindings of that same key (the parser matched the key), all bound to one distractor
+        # value, not the answer; unfused, each copy is the key token itself; fused, they are one repeated token
+        assert len(p.cluster_pos) == m and len(p.cluster_values) == (1 if m else 0)
+        assert p.answer not in p.cluster_values
+        if fused:
+            assert len(set(p.cluster_tokens)) == (1 if m else 0)
+        else:
+            assert all(row[i] == row[p.unique_pos[0]] for i in p.cluster_pos)
         # roles agree with the parse
         assert np.flatnonzero(row_roles == 1).tolist() == p.unique_pos
         assert np.flatnonzero(row_roles == 2).tolist() == p.cluster_pos
         assert np.flatnonzero(row_roles == 3).tolist() == [p.query_pos]
-        if not neutral:  # the marked bindings and the cluster are the only bindings; filler pairs fill the rest
-            unmarked = [r for r in range(len(row) - 1) if 3 <= row[r] < 3 + task.n_keys and (r == 0 or row[r - 1] != 1)]
-            # the cluster copies, and the keys of the earlier queries unless those are marked too
-            assert len(unmarked) == m + (0 if marked_query else n_queries - 1)
-            assert (row == 0).sum() == 2 * (task.capacity - m) + (len(row) + 1 - 3 * task.n_marked - 3 * n_queries) % 2
-        if packed:  # the filler first, then the 3 n_marked + 2 m tokens of the bindings, then the queries
-            bindings = 3 * task.n_marked + 2 * m
+        binding = 1 if fused else 2  # tokens of an unmarked binding
+        marked_len = binding + 1
+        if not neutral:  # the marked bindings and the cluster are the only bindings; filler fills the rest
+            first = 3 + task.n_keys if fused else 3  # the tokens that open an unmarked binding: k=v, or a key
+            last = task.vocab_size if fused else 3 + task.n_keys
+            unmarked = [r for r in range(len(row) - 1) if first <= row[r] < last and (r == 0 or row[r - 1] != 1)]
+            if fused:
+                unmarked = [r for r in unmarked if row[r] >= 3 + task.n_keys + task.n_values]
+            # the cluster copies, and (unfused) the keys of the earlier queries unless those are marked too
+            assert len(unmarked) == m + (0 if marked_query or fused else n_queries - 1)
+            parity = 0 if fused else (len(row) + 1 - 3 * task.n_marked - 3 * n_queries) % 2
+            assert (row == 0).sum() == binding * (task.capacity - m) + parity
+        if packed:  # the filler first, then the bindings (marked and cluster), then the queries
+            bindings = marked_len * task.n_marked + binding * m
             first_query = len(row) + 1 - 3 * n_queries
             assert (row[:first_query - bindings] == 0).all() and (row[first_query - bindings:first_query] != 0).all()
+
+
+def test_hijack_fused_tokens_decode_to_key_and_value():
+    """The fused vocabulary, from the documented id layout: k=v is 3 + n_keys + n_values + k * n_values + v."""
+    task = Hijack(fused=True, n_keys=5, n_values=7, n_marked=3, n_queries=2, seq_len=40)
+    assert task.vocab_size == 3 + 5 + 7 + 35
+    assert task.token_name(3 + 5 + 7 + 2 * 7 + 6) == "k2=v6"
+    assert [task.token_name(t) for t in (0, 1, 2, 3, 8)] == ["_", "*", "?", "k0", "v0"]
+    assert task.binding_key(np.array([0, 1, 2, 4, 9, 15 + 7 * 3 + 1])).tolist() == [-1, -1, -1, 4, -1, 6]
+    assert task.capacity == 41 - 2 * 3 - 3 * 2
 
 
 def test_hijack_m_range_is_drawn_per_sequence():

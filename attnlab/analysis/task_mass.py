@@ -9,7 +9,8 @@ position; attnlab.tasks.Hijack does), and for every layer l and head h of the mo
 
 and the same sums over the whole *binding*, the key token and the value token after it (``unique_binding``,
 ``cluster_binding``): a trained recall head usually attends to the value token, which has read its key in an
-earlier layer, so the binding is where the retrieval shows.
+earlier layer, so the binding is where the retrieval shows. A task whose ``binding_len`` is 1 (hijack with
+``fused=true``: one token per binding) has its binding in the key position alone.
 
 with p the layer's attention weights (GPT.attention_maps: the softmax weights, a logit prior included; a value gate,
 magnitude_apply="values", scales the values after them and is not in p). A model that ignores the cluster puts no
@@ -54,7 +55,9 @@ def attention_mass(model, task, n: int = 256, seed: int = 0, batch_size: int = 6
                 sums = torch.zeros(4, maps.shape[0], maps.shape[2], dtype=torch.float64)
             for k, role in enumerate((ROLE_UNIQUE, ROLE_CLUSTER)):
                 key = roles == role
-                binding = key | torch.nn.functional.pad(key, (1, 0))[:, :-1]  # the key token and the value after it
+                binding = key  # the key token and, unless the task fuses them into one token, the value after it
+                if getattr(task, "binding_len", 2) == 2:
+                    binding = key | torch.nn.functional.pad(key, (1, 0))[:, :-1]
                 for slot, where in ((k, key), (k + 2, binding)):
                     on_role = (maps * where[None, :, None, None, :]).sum(-1)  # [L, B, H, T]: mass on those positions
                     sums[slot] += (on_role * query[None, :, None, :]).sum(dim=(1, 3)).double().cpu()

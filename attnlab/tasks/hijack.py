@@ -79,10 +79,23 @@ class Hijack(Task):
     lr 1e-3, batch 128) the recall was learned between steps 1500 and 2000, to accuracy 1.0. So train with a few
     queries and measure hijacking at the role-3 position.
 
+    Fused bindings (``fused=true``). Each binding is one token ``k<a>=v<b>``: the marked binding ``* k=v``, the
+    cluster copies ``k=d`` (m copies of one token), the neutral bindings ``k'=v'``, a filler record one ``_``;
+    ``capacity = T + 1 - 2 * n_marked - 3 * n_queries``. This is seed 000's scenario in its plainest form: the
+    cluster is m exact duplicates of one token, so the first layer's keys of the copies are equal (attnlab's
+    magnitude gate reads the keys before RoPE), and one attention hop from the query key to the binding token
+    answers the query. The target ``k=v`` and the copies ``k=d`` share the key but are different tokens, so a
+    model can match on the key alone (and is then hijacked as m grows) or also check the marker before it.
+    :meth:`binding_key` gives the key of each token for :meth:`roles`; a binding's mass is its one position
+    (``binding_len`` 1). Example with ``neutral=false``::
+
+        x _ _ k3=v2 _ k3=v2 * k2=v3 _ _ _ * k3=v0 _ _ ? k3
+        y - - -     - -     - -     - - - - -     - - - v0
+
     Example (``Hijack.tiny().example()``)::
 
         >>> print(Hijack.tiny().example())
-        hijack(n_marked=2, n_keys=4, n_values=4, n_queries=1, m=2, m_max=None, neutral=True, packed=False, marked_query=False, seq_len=16); chance 0.2500
+        hijack(n_marked=2, n_keys=4, n_values=4, n_queries=1, m=2, m_max=None, neutral=True, packed=False, fused=False, marked_query=False, seq_len=16); chance 0.2500
         x * k2 v3 k3 v2 k2 v2 k1 v2 * k3 v0 k3 v2 ? k3
         y - -  -  -  -  -  -  -  -  - -  -  -  -  - v0
     """
@@ -114,6 +127,12 @@ class Hijack(Task):
     """With neutral=false: the filler pairs come first and the bindings (marked and cluster, in random order)
     after them, just before the queries, instead of filler and bindings shuffled together. The bindings then span
     3 n_marked + 2 m tokens whatever T is, so small clusters are short-range recall."""
+    fused: bool = False
+    """Write each binding as one token ``k<a>=v<b>`` (n_keys * n_values binding tokens, ids after the values)
+    instead of the two tokens ``key value``: a marked binding is ``* k<a>=v<b>``, a cluster copy ``k<a>=v<d>``, a
+    filler record one ``_``. The cluster copies are then one repeated token, exact duplicates in the embedding (and
+    in the keys of the first layer); a 1-hop lookup solves the task (no previous-token head needed), and the
+    records take 2 n_marked + m tokens, so T = 97 holds m = 64 beside 8 marked bindings and 6 queries."""
     marked_query: bool = False
     """Write each query ``* key`` instead of ``? key``: a query is then the prefix of the marked binding it asks
     for, so a two-token match (the marker before the key) finds the target, as an induction head would; the cluster
@@ -123,7 +142,7 @@ class Hijack(Task):
 
     def __post_init__(self):
         check_int("seq_len", self.seq_len, 5)
-        for name in ("neutral", "packed", "marked_query"):
+        for name in ("neutral", "packed", "fused", "marked_query"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"hijack: {name}={getattr(self, name)!r} is not allowed; choose true or false")
         if self.packed and self.neutral:
@@ -131,26 +150,53 @@ class Hijack(Task):
                               "bindings are not filler)")
         check_int("n_keys", self.n_keys, 2)
         check_int("n_values", self.n_values, 2)
-        check_int("n_marked", self.n_marked, 1, min(self.n_keys, (self.seq_len - 2) // 3),
-                  f"n_marked <= n_keys = {self.n_keys}, and 3 * n_marked tokens plus the query must fit in "
+        r = self._marked_len
+        check_int("n_marked", self.n_marked, 1, min(self.n_keys, (self.seq_len - 2) // r),
+                  f"n_marked <= n_keys = {self.n_keys}, and {r} * n_marked tokens plus the query must fit in "
                   f"seq_len + 1 = {self.seq_len + 1}")
-        check_int("n_queries", self.n_queries, 1, min(self.n_marked, (self.seq_len + 1) // 3 - self.n_marked),
-                  f"n_queries <= n_marked = {self.n_marked}, and 3 * (n_marked + n_queries) tokens must fit in "
+        check_int("n_queries", self.n_queries, 1, min(self.n_marked, (self.seq_len + 1 - r * self.n_marked) // 3),
+                  f"n_queries <= n_marked = {self.n_marked}, and {r} * n_marked + 3 * n_queries tokens must fit in "
                   f"seq_len + 1 = {self.seq_len + 1}")
-        why = (f"capacity = (seq_len + 1 - 3 * n_marked - 3 * n_queries) // 2 = {self.capacity} unmarked bindings "
-               f"at seq_len={self.seq_len}, n_marked={self.n_marked}, n_queries={self.n_queries}")
+        formula = ("seq_len + 1 - 2 * n_marked - 3 * n_queries" if self.fused
+                   else "(seq_len + 1 - 3 * n_marked - 3 * n_queries) // 2")
+        why = (f"capacity = {formula} = {self.capacity} unmarked bindings at seq_len={self.seq_len}, "
+               f"n_marked={self.n_marked}, n_queries={self.n_queries}")
         check_int("m", self.m, 0, self.capacity, why)
         if self.m_max is not None:
             check_int("m_max", self.m_max, self.m, self.capacity, "at least m; " + why)
 
     @property
+    def _marked_len(self) -> int:
+        """Tokens of a marked binding: ``* key value``, or ``* k=v`` when fused."""
+        return 2 if self.fused else 3
+
+    @property
+    def binding_len(self) -> int:
+        """Tokens of an unmarked binding, from its key position on: 2 (``key value``), or 1 when fused."""
+        return 1 if self.fused else 2
+
+    @property
     def capacity(self) -> int:
         """The unmarked bindings per sequence (cluster copies plus neutral ones), the largest m allowed."""
-        return (self.seq_len + 1 - 3 * self.n_marked - 3 * self.n_queries) // 2
+        free = self.seq_len + 1 - self._marked_len * self.n_marked - 3 * self.n_queries
+        return free // self.binding_len
+
+    @property
+    def _fused_base(self) -> int:
+        """The id of the first binding token ``k0=v0`` (fused); binding k=v is ``_fused_base + k * n_values + v``."""
+        return 3 + self.n_keys + self.n_values
 
     @property
     def vocab_size(self) -> int:
-        return 3 + self.n_keys + self.n_values
+        return self._fused_base + (self.n_keys * self.n_values if self.fused else 0)
+
+    def binding_key(self, x: np.ndarray) -> np.ndarray:
+        """The key token id of each token of x: the token itself for a key, the key of a fused binding token
+        ``k=v``, and -1 for every other token."""
+        x = np.asarray(x)
+        is_key = (x >= 3) & (x < 3 + self.n_keys)
+        fused = x >= self._fused_base
+        return np.where(is_key, x, np.where(fused, (x - self._fused_base) // max(self.n_values, 1) + 3, -1))
 
     def at_m(self, m: int) -> "Hijack":
         """The same task with every sequence at cluster size m (for evaluating one m of a sweep)."""
@@ -159,6 +205,9 @@ class Hijack(Task):
     def token_name(self, token: int) -> str:
         if token < 3:
             return "_*?"[token]
+        if token >= self._fused_base:
+            key, value = divmod(token - self._fused_base, self.n_values)
+            return f"k{key}=v{value}"
         return f"k{token - 3}" if token < 3 + self.n_keys else f"v{token - 3 - self.n_keys}"
 
     def chance_accuracy(self) -> float:
@@ -168,7 +217,7 @@ class Hijack(Task):
 
     def _stream(self, n, rng):
         total, marked, cap, queries = self.seq_len + 1, self.n_marked, self.capacity, self.n_queries
-        lead = total - 3 * queries - 3 * marked - 2 * cap  # 0 or 1 filler token
+        lead = total - 3 * queries - self._marked_len * marked - self.binding_len * cap  # 0 or 1 filler token
         high = self.m if self.m_max is None else self.m_max
         m = rng.integers(self.m, high + 1, size=n)
 
@@ -189,7 +238,7 @@ class Hijack(Task):
         is_marked = record < marked
         unmarked = np.clip(record - marked, 0, room - 1)  # index among the unmarked items
         is_cluster = ~is_marked & (record - marked < m[:, None])
-        length = np.where(is_marked, 3, 2)
+        length = np.where(is_marked, self._marked_len, self.binding_len)
         start = lead + np.cumsum(length, axis=1) - length
         marked_idx = np.minimum(record, marked - 1)
         take = lambda table, idx: np.take_along_axis(table, idx, axis=1)
@@ -197,17 +246,16 @@ class Hijack(Task):
                        np.where(is_cluster, target[:, None], take(other, unmarked)))
         value = np.where(is_marked, take(values, marked_idx),
                          np.where(is_cluster, distractor[:, None], take(other_values, unmarked)))
-        value = value + 3 + self.n_keys
-        if not self.neutral:  # the slots that are neither marked nor cluster copies hold filler pairs
-            idle = ~is_marked & ~is_cluster
-            key, value = np.where(idle, PAD, key), np.where(idle, PAD, value)
-
+        idle = ~is_marked & ~is_cluster & (not self.neutral)  # slots of filler pairs (a filler token when fused)
         stream = np.zeros((n, total), dtype=np.int64)
         rows = np.broadcast_to(np.arange(n)[:, None], start.shape)
         key_pos = start + is_marked
         stream[rows[is_marked], start[is_marked]] = MARK
-        stream[rows, key_pos] = key
-        stream[rows, key_pos + 1] = value
+        if self.fused:  # one token k=v per binding
+            stream[rows, key_pos] = np.where(idle, PAD, self._fused_base + (key - 3) * self.n_values + value)
+        else:
+            stream[rows, key_pos] = np.where(idle, PAD, key)
+            stream[rows, key_pos + 1] = np.where(idle, PAD, value + 3 + self.n_keys)
         asked = np.concatenate([distinct(rng, n, marked - 1, queries - 1) + 1, np.zeros((n, 1), np.int64)], axis=1)
         first = total - 3 * queries  # the queries: other marked items in random order, then the target (item 0)
         stream[:, first::3] = MARK if self.marked_query else QUERY
@@ -230,7 +278,7 @@ class Hijack(Task):
         after_mark[:, 1:] = x[:, :-1] == MARK
         body = np.ones(x.shape, dtype=bool)
         body[:, x.shape[1] + 1 - 3 * self.n_queries:] = False  # the query section
-        hit = (x == query_key) & body
+        hit = (self.binding_key(x) == query_key) & body
         roles = np.zeros(x.shape, dtype=np.int8)
         roles[hit & after_mark] = UNIQUE
         roles[hit & ~after_mark] = CLUSTER
