@@ -64,6 +64,28 @@ def test_recall_parts_train_every_registered_variant_on_their_task():
             assert exp.base_config() == parts[0].base_config(), exp.name
 
 
+HIJACK_VARIANTS = {"standard", "qk-norm", "rbf", "magnitude-causal", "magnitude-prefix", "magnitude-causal-linear",
+                   "magnitude-prefix-linear", "magnitude-causal-logits", "magnitude-prefix-logits"}
+
+
+def test_hijack_parts_train_issue_15s_nine_variants_at_m_0_and_sweep_m():
+    """Issue 15 item 5: hijack is standard, qk-norm, rbf, the magnitude forms with both gates and the two logits
+    variants, 3 seeds, swept over m in {0, 4, 16, 64}. The parts share every setting but the variants, start with
+    the baseline, train at m = 0 (the protocol on docs/studies/capability.md) and leave room for m = 64."""
+    from attnlab.tasks import get_task
+    from attnlab.tasks.hijack import SWEEP_M
+
+    parts = [load_experiment(n) for n in experiment_names() if n.startswith("hijack-")]
+    assert len(parts) == 2
+    assert {v for exp in parts for v in exp.variants} == HIJACK_VARIANTS
+    for exp in parts:
+        base = exp.base_config()
+        assert exp.variants[0] == "standard" and exp.seeds == [0, 1, 2] and base == parts[0].base_config()
+        task = get_task("hijack", base.data.task)
+        assert base.data.source == "task:hijack" and (task.m, task.m_max) == (0, None)
+        assert max(SWEEP_M) == 64 <= task.capacity
+
+
 def test_unknown_experiment_is_one_line():
     with pytest.raises(ConfigError, match="unknown experiment 'magnitud' \\(did you mean 'magnitude'\\?\\)"):
         load_experiment("magnitud")
