@@ -35,6 +35,12 @@ def check_int(field: str, value, low: int, high: int | None = None, why: str = "
                           f"{' (' + why + ')' if why else ''}")
 
 
+def check_bool(task: str, field: str, value) -> None:
+    """One-line ConfigError unless ``value`` is a bool (``true`` or ``false`` in a config)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{task}: {field}={value!r} is not allowed; choose true or false")
+
+
 def distinct(rng: np.random.Generator, n: int, population: int, k: int) -> np.ndarray:
     """[n, k] int64: for each row, k distinct draws from 0..population-1, in random order."""
     return np.argsort(rng.random((n, population)), axis=1)[:, :k].astype(np.int64)

@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..errors import ConfigError, strict_fields
-from .base import Task, check_int, distinct
+from .base import Task, check_bool, check_int, distinct
 
 PAD, MARK, QUERY = 0, 1, 2
 """Token ids of the filler, the marker and the query token; keys start at 3."""
@@ -143,8 +143,7 @@ class Hijack(Task):
     def __post_init__(self):
         check_int("seq_len", self.seq_len, 5)
         for name in ("neutral", "packed", "fused", "marked_query"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"hijack: {name}={getattr(self, name)!r} is not allowed; choose true or false")
+            check_bool("hijack", name, getattr(self, name))
         if self.packed and self.neutral:
             raise ConfigError("hijack: packed=true needs neutral=false (it moves the filler pairs first; neutral "
                               "bindings are not filler)")
