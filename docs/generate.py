@@ -11,7 +11,9 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
 - ``RESULTS:<dir>``: the tables ``attnlab report`` computes from the raw run logs in ``results/<dir>/``;
 - ``TASKS``: the task registry (:mod:`attnlab.tasks`): each task's summary, defaults and computed chance accuracy;
 - ``HIJACK-MECHANISM``: seed 000's hijacking against the cluster size m for the mechanism alone
-  (:func:`attnlab.experiments.magnitude_demo.hijack_share_against_m`).
+  (:func:`attnlab.experiments.magnitude_demo.hijack_share_against_m`);
+- ``HIJACK-SUMMARY:<prefix>``: one table over the parts ``results/<prefix>-1``, ``-2``, ... of a hijack experiment
+  (:func:`attnlab.experiments.hijack_report.hijack_summary`).
 
 Blocks with other names (the hand-written ``MAGNITUDE-TEXT`` and the like) are left alone. tests/test_docs.py
 imports this file and checks that every committed block equals what it generates, so the text cannot drift from
@@ -30,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)?):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
-GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM")
+GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "HIJACK-SUMMARY:")
 
 
 def pages() -> list[Path]:
@@ -183,6 +185,16 @@ def results_block(name: str) -> str:
     return results_tables(results, heading="####")
 
 
+def hijack_summary_block(prefix: str) -> str:
+    """The parts results/<prefix>-1, -2, ... of a hijack experiment in one table (hijack_report.hijack_summary)."""
+    from attnlab.experiments.hijack_report import hijack_summary
+    from attnlab.experiments.report import read_results
+
+    dirs = [p for p in (ROOT / "results").glob(f"{prefix}-*") if re.fullmatch(rf"{re.escape(prefix)}-\d+", p.name)]
+    dirs.sort(key=lambda p: int(p.name.rsplit("-", 1)[1]))
+    return hijack_summary([(p.name, read_results(p)[0]) for p in dirs])
+
+
 # ------------------------------------------------------------------------------------------------------- pages
 
 
@@ -199,6 +211,8 @@ def render(name: str, page: Path) -> str | None:
         return tasks_table(to_docs)
     if name == "HIJACK-MECHANISM":
         return hijack_mechanism_table()
+    if name.startswith("HIJACK-SUMMARY:"):
+        return hijack_summary_block(name.split(":", 1)[1])
     return None
 
 

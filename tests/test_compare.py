@@ -664,25 +664,32 @@ def test_parallel_jobs_survive_sigint_and_resume(tmp_path, signame):
         assert summary["status"] == "finished" and summary["steps"] == 3000
 
 
-def test_report_hijack_sweep_from_planted_metrics(tmp_path):
-    """A comparison whose runs logged hijack/m<m>/{accuracy,unique,cluster} (HijackSweepHook) gets the accuracy
-    table against m, checked against statistics and scipy's Welch test, the mass table, and the two plots; the
-    last evaluation counts."""
+def plant_hijack(out, variants, ms, acc, seeds=(0, 1, 2), tokens_per_s=None) -> None:
+    """A hijack comparison in ``out`` whose runs logged hijack/m<m>/{accuracy,unique,cluster} twice (the HijackSweepHook
+    at two evaluations; the last counts): accuracy acc[variant, m][seed index], unique mass 0.9 - 0.1 * seed index,
+    cluster mass 0.01 * m."""
     base = tiny()
-    variants, seeds, ms = ["standard", "magnitude-prefix"], [0, 1, 2], [0, 16]
-    check_or_write_spec(tmp_path, spec_dict(base, variants, seeds))
-    acc = {("standard", 0): [1.0, 0.98, 0.99], ("standard", 16): [0.2, 0.35, 0.1],
-           ("magnitude-prefix", 0): [0.97, 1.0, 0.99], ("magnitude-prefix", 16): [0.9, 0.8, 0.95]}
+    check_or_write_spec(out, spec_dict(base, variants, list(seeds)))
     for v in variants:
         for i, s in enumerate(seeds):
-            path = run_dir(tmp_path, v, s)
+            path = run_dir(out, v, s)
             plant_run(path, base.replace(model=base.model.replace(attention=v), train=base.train.replace(seed=s)),
-                      "finished", 2.0)
+                      "finished", 2.0, tokens_per_s=(tokens_per_s or {}).get(v, 1000.0))
             old = {f"hijack/m{m}/{k}": 0.5 for m in ms for k in ("accuracy", "unique", "cluster")}  # superseded
             last = {**{f"hijack/m{m}/accuracy": acc[v, m][i] for m in ms},
                     **{f"hijack/m{m}/unique": 0.9 - 0.1 * i for m in ms}, **{f"hijack/m{m}/cluster": 0.01 * m for m in ms}}
             with open(path / "metrics.jsonl", "a") as f:
                 f.writelines(json.dumps(r) + "\n" for r in ({"step": 29, **old}, {"step": 30, **last}))
+
+
+def test_report_hijack_sweep_from_planted_metrics(tmp_path):
+    """A comparison whose runs logged hijack/m<m>/{accuracy,unique,cluster} (HijackSweepHook) gets the accuracy
+    table against m, checked against statistics and scipy's Welch test, the mass table, and the two plots; the
+    last evaluation counts."""
+    variants, ms = ["standard", "magnitude-prefix"], [0, 16]
+    acc = {("standard", 0): [1.0, 0.98, 0.99], ("standard", 16): [0.2, 0.35, 0.1],
+           ("magnitude-prefix", 0): [0.97, 1.0, 0.99], ("magnitude-prefix", 16): [0.9, 0.8, 0.95]}
+    plant_hijack(tmp_path, variants, ms, acc)
     text = write_report(tmp_path).read_text()
     section = text[text.index("## Hijack sweep: accuracy"):]
     table = section[section.index("| variant"):].split("\n\n")[0].splitlines()[2:]
@@ -697,3 +704,29 @@ def test_report_hijack_sweep_from_planted_metrics(tmp_path):
     assert (tmp_path / "hijack_accuracy.png").stat().st_size > 0 and (tmp_path / "hijack_mass.png").exists()
     results = json.loads((tmp_path / "results.json").read_text())["hijack"]
     assert results["ms"] == ms and results["variants"][1]["m"]["16"]["cluster"]["mean"] == pytest.approx(0.16)
+
+
+def test_hijack_summary_joins_the_parts_with_one_baseline_and_each_parts_speed_ratio(tmp_path):
+    """hijack_summary (the HIJACK-SUMMARY block of docs/generate.py): the baseline once, from the first part, every
+    other variant from its part with its accuracy (mean ± std, Welch's p against its own part's baseline, checked
+    against scipy) at each m > 0, and tokens/s over its own part's baseline."""
+    from attnlab.experiments.hijack_report import hijack_summary
+    from attnlab.experiments.report import read_results
+
+    ms = [0, 4]
+    acc1 = {("standard", 0): [1.0, 1.0, 1.0], ("standard", 4): [0.1, 0.2, 0.15],
+            ("rbf", 0): [1.0, 1.0, 1.0], ("rbf", 4): [0.05, 0.1, 0.0]}
+    acc2 = {("standard", 0): [1.0, 1.0, 1.0], ("standard", 4): [0.3, 0.2, 0.25],
+            ("magnitude-prefix", 0): [1.0, 1.0, 0.9], ("magnitude-prefix", 4): [0.6, 0.7, 0.5]}
+    plant_hijack(tmp_path / "h-1", ["standard", "rbf"], ms, acc1, tokens_per_s={"standard": 2000.0, "rbf": 1000.0})
+    plant_hijack(tmp_path / "h-2", ["standard", "magnitude-prefix"], ms, acc2,
+                 tokens_per_s={"standard": 4000.0, "magnitude-prefix": 3000.0})
+    text = hijack_summary([(n, read_results(tmp_path / n)[0]) for n in ("h-1", "h-2")])
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()[2:]]
+    pct = lambda xs: f"{100 * statistics.mean(xs):.1f} ± {100 * statistics.stdev(xs):.1f}"
+    p = lambda a, b: scipy.stats.ttest_ind(a, b, equal_var=False).pvalue
+    assert text.splitlines()[0] == "| variant | part | m = 4 | tokens/s vs baseline |"
+    assert rows == [["standard", "h-1", pct(acc1["standard", 4]), "1.00x"],
+                    ["rbf", "h-1", f"{pct(acc1['rbf', 4])} (p {p(acc1['rbf', 4], acc1['standard', 4]):.2g})", "0.50x"],
+                    ["magnitude-prefix", "h-2", f"{pct(acc2['magnitude-prefix', 4])} "
+                     f"(p {p(acc2['magnitude-prefix', 4], acc2['standard', 4]):.2g})", "0.75x"]]

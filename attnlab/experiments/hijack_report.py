@@ -23,7 +23,7 @@ from ..rundir import HIJACK_ACCURACY_FILE as ACCURACY_FILE
 from ..rundir import HIJACK_MASS_FILE as MASS_FILE
 from .stats import describe, mean_std_text, welch_ttest
 
-__all__ = ["hijack_results", "hijack_tables", "plot_hijack"]
+__all__ = ["hijack_results", "hijack_summary", "hijack_tables", "plot_hijack"]
 
 _KEY = re.compile(r"^hijack/m(\d+)/(accuracy|unique|cluster)$")
 MASSES = ("unique", "cluster")  # the retrieval head's mass on the unique binding, on the cluster
@@ -83,6 +83,33 @@ def hijack_tables(hijack: dict, heading: str = "##") -> list[str]:
         cells = [" / ".join(mean_std_text(row["m"][str(m)][stat], ".3f") for stat in MASSES) for m in ms]
         lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
     return [*lines, ""]
+
+
+def hijack_summary(parts: list[tuple[str, dict]]) -> str:
+    """One Markdown table over the parts of a hijack experiment, ``[(part name, its report results)]``: per variant
+    (the baseline once, from the first part) its part, the accuracy at the hijack query at each m > 0 (mean ± std
+    over seeds, Welch's p against the baseline of its own part) and its tokens/s over that baseline's (each part's
+    runs shared the machine with each other, not with the other parts' runs)."""
+    ms = [m for m in parts[0][1]["hijack"]["ms"] if m > 0]
+    lines = ["| variant | part | " + " | ".join(f"m = {m}" for m in ms) + " | tokens/s vs baseline |",
+             "|---|---" + "|---" * len(ms) + "|---|"]
+    seen = set()
+    for name, results in parts:
+        hijack = results["hijack"]
+        speed = {v["variant"]: v["tokens_per_s_mean"] for v in results["variants"]}
+        for row in hijack["variants"]:
+            if row["variant"] in seen:
+                continue
+            seen.add(row["variant"])
+            cells = []
+            for m in ms:
+                c = row["m"][str(m)]
+                p = None if c["welch"] is None else c["welch"]["p"]
+                cells.append(_pct(c["accuracy"]) + ("" if p is None else f" (p {p:.2g})"))
+            ratio = speed.get(row["variant"]), speed.get(hijack["baseline"])
+            ratio = "n/a" if None in ratio else f"{ratio[0] / ratio[1]:.2f}x"
+            lines.append(f"| {row['variant']} | {name} | " + " | ".join(cells) + f" | {ratio} |")
+    return "\n".join(lines) + "\n"
 
 
 def _band(ax, xs, cells, label, **style):
