@@ -57,6 +57,12 @@ def _pct(d: dict) -> str:
     return f"{100 * d['mean']:.1f}" + ("" if d["std"] is None else f" ± {100 * d['std']:.1f}")
 
 
+def _accuracy_cell(cell: dict) -> str:
+    """"mean ± std" in %, and Welch's p against the baseline when there is one."""
+    p = None if cell["welch"] is None else cell["welch"]["p"]
+    return _pct(cell["accuracy"]) + ("" if p is None else f" (p {p:.2g})")
+
+
 def hijack_tables(hijack: dict, heading: str = "##") -> list[str]:
     """Markdown: accuracy at the hijack query per variant and m (with Welch p against the baseline), then the
     retrieval head's mass on the unique binding and on the cluster."""
@@ -66,11 +72,7 @@ def hijack_tables(hijack: dict, heading: str = "##") -> list[str]:
              f"for every run), in %: mean ± std over seeds, and Welch's p against {base} at the same m.", "",
              "| variant | seeds | " + " | ".join(f"m = {m}" for m in ms) + " |", "|---|---" + "|---" * len(ms) + "|"]
     for row in hijack["variants"]:
-        cells = []
-        for m in ms:
-            c = row["m"][str(m)]
-            p = None if c["welch"] is None else c["welch"]["p"]
-            cells.append(_pct(c["accuracy"]) + ("" if p is None else f" (p {p:.2g})"))
+        cells = [_accuracy_cell(row["m"][str(m)]) for m in ms]
         lines.append(f"| {row['variant']} | {row['n']} | " + " | ".join(cells) + " |")
     lines += ["", f"{heading} Hijack sweep: where the retrieval head looks", "",
               "The retrieval head is the (layer, head) with the most attention mass on the unique binding (its key "
@@ -101,11 +103,7 @@ def hijack_summary(parts: list[tuple[str, dict]]) -> str:
             if row["variant"] in seen:
                 continue
             seen.add(row["variant"])
-            cells = []
-            for m in ms:
-                c = row["m"][str(m)]
-                p = None if c["welch"] is None else c["welch"]["p"]
-                cells.append(_pct(c["accuracy"]) + ("" if p is None else f" (p {p:.2g})"))
+            cells = [_accuracy_cell(row["m"][str(m)]) for m in ms]
             ratio = speed.get(row["variant"]), speed.get(hijack["baseline"])
             ratio = "n/a" if None in ratio else f"{ratio[0] / ratio[1]:.2f}x"
             lines.append(f"| {row['variant']} | {name} | " + " | ".join(cells) + f" | {ratio} |")
