@@ -432,17 +432,18 @@ def _most_frequent_value_accuracy(task: NoisyRecall, n: int, seed: int) -> tuple
     return accuracy, float(np.std(right - accuracy * total) / np.sqrt(n) / total.mean())
 
 
-@pytest.mark.parametrize("n_pairs,n_keys,plateau", [(4, 8, 0.451), (6, 12, 0.366)])
-def test_noisy_recall_plateau_is_the_most_frequent_value_in_context(n_pairs, n_keys, plateau):
+@pytest.mark.parametrize("n_pairs,n_keys,balanced,plateau", [(4, 8, False, 0.451), (6, 12, False, 0.366),
+                                                              (4, 8, True, 0.334), (6, 12, True, 0.242)])
+def test_noisy_recall_plateau_is_the_most_frequent_value_in_context(n_pairs, n_keys, balanced, plateau):
     """docs/tasks.md#status: the noisy-recall plateau (44-46% with 4 pairs, 34% with 6, at T = 32 with 8 noise
     tokens) is what answering the most frequent value seen so far scores, 45.1% and 36.6% (measured on 20,000
-    sequences): a key repeats with its value, so the queried key's value is often the commonest. Tolerance: 4.5
-    standard errors over 3,000 sequences (about 0.018)."""
+    sequences): a key repeats with its value, so the queried key's value is often the commonest. A balanced stream
+    lowers the rule to 33.4% and 24.2%. Tolerance: 4.5 standard errors over 3,000 sequences (about 0.018)."""
     task = get_task("noisy-recall", {"n_pairs": n_pairs, "n_keys": n_keys, "n_values": n_keys, "noise_vocab": 8,
-                                     "n_noise": 8, "seq_len": 32})
+                                     "n_noise": 8, "seq_len": 32, "balanced": balanced})
     accuracy, se = _most_frequent_value_accuracy(task, 3000, seed=5)
     assert abs(accuracy - plateau) < 4.5 * se, (accuracy, se)
-    assert accuracy > 3 * task.chance_accuracy()
+    assert accuracy > (2 if balanced else 3) * task.chance_accuracy()  # well above chance either way
 
 
 def test_chance_accuracy_formulas():

@@ -142,7 +142,7 @@ class NoisyRecall(Task):
     The plateau. A key comes back with its value each time, so the queried key's value is often the commonest
     value seen so far: answering that value scores 45% with 4 pairs of 8 keys and values at T = 32 (8 noise
     tokens), 27% at the defaults, and trained 2-layer GPTs sit on that plateau for thousands of steps
-    (docs/tasks.md#status). With ``balanced=true`` every dictionary key occurs equally often (34% for the same
+    (docs/tasks.md#status). With ``balanced=true`` every dictionary key occurs equally often (33% for the same
     rule with 4 pairs), a departure from MAD's independent draw.
 
     Example (``NoisyRecall.tiny().example()``)::
