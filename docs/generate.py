@@ -13,7 +13,9 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
 - ``HIJACK-MECHANISM``: seed 000's hijacking against the cluster size m for the mechanism alone
   (:func:`attnlab.experiments.magnitude_demo.hijack_share_against_m`);
 - ``HIJACK-SUMMARY:<prefix>``: one table over the parts ``results/<prefix>-1``, ``-2``, ... of a hijack experiment
-  (:func:`attnlab.experiments.hijack_report.hijack_summary`).
+  (:func:`attnlab.experiments.hijack_report.hijack_summary`);
+- ``HIJACK-PROTOCOL:<fixed>:<prefix>``: the runs in ``results/<fixed>`` against the same variants in the parts
+  ``results/<prefix>-1``, ``-2``, ... (:func:`attnlab.experiments.hijack_report.hijack_protocol`).
 
 Blocks with other names (the hand-written ``MAGNITUDE-TEXT`` and the like) are left alone. tests/test_docs.py
 imports this file and checks that every committed block equals what it generates, so the text cannot drift from
@@ -31,8 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)?):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
-GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "HIJACK-SUMMARY:")
+BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)*):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
+GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "HIJACK-SUMMARY:", "HIJACK-PROTOCOL:")
 
 
 def pages() -> list[Path]:
@@ -190,9 +192,24 @@ def hijack_summary_block(prefix: str) -> str:
     from attnlab.experiments.hijack_report import hijack_summary
     from attnlab.experiments.report import read_results
 
+    return hijack_summary([(p.name, read_results(p)[0]) for p in _parts(prefix)])
+
+
+def _parts(prefix: str) -> list:
+    """results/<prefix>-1, -2, ... in order of their number."""
     dirs = [p for p in (ROOT / "results").glob(f"{prefix}-*") if re.fullmatch(rf"{re.escape(prefix)}-\d+", p.name)]
-    dirs.sort(key=lambda p: int(p.name.rsplit("-", 1)[1]))
-    return hijack_summary([(p.name, read_results(p)[0]) for p in dirs])
+    return sorted(dirs, key=lambda p: int(p.name.rsplit("-", 1)[1]))
+
+
+def hijack_protocol_block(spec: str) -> str:
+    """``<fixed>:<prefix>``: results/<fixed> against the parts results/<prefix>-1, -2, ...
+    (hijack_report.hijack_protocol)."""
+    from attnlab.experiments.hijack_report import hijack_protocol
+    from attnlab.experiments.report import read_results
+
+    fixed, prefix = spec.split(":", 1)
+    return hijack_protocol((fixed, read_results(ROOT / "results" / fixed)[1]),
+                           [(p.name, read_results(p)[1]) for p in _parts(prefix)])
 
 
 # ------------------------------------------------------------------------------------------------------- pages
@@ -213,6 +230,8 @@ def render(name: str, page: Path) -> str | None:
         return hijack_mechanism_table()
     if name.startswith("HIJACK-SUMMARY:"):
         return hijack_summary_block(name.split(":", 1)[1])
+    if name.startswith("HIJACK-PROTOCOL:"):
+        return hijack_protocol_block(name.split(":", 1)[1])
     return None
 
 

@@ -730,3 +730,32 @@ def test_hijack_summary_joins_the_parts_with_one_baseline_and_each_parts_speed_r
                     ["rbf", "h-1", f"{pct(acc1['rbf', 4])} (p {p(acc1['rbf', 4], acc1['standard', 4]):.2g})", "0.50x"],
                     ["magnitude-prefix", "h-2", f"{pct(acc2['magnitude-prefix', 4])} "
                      f"(p {p(acc2['magnitude-prefix', 4], acc2['standard', 4]):.2g})", "0.75x"]]
+
+
+def test_hijack_protocol_sets_the_fixed_runs_beside_the_same_seeds_and_all_seeds_of_the_mixed_part(tmp_path):
+    """hijack_protocol (the HIJACK-PROTOCOL block of docs/generate.py): per variant of the fixed-m experiment, its
+    accuracy at each m, then the mixed-m part that trained that variant, with the fixed run's seed and with every
+    seed (mean ± std, checked against statistics) when it has more; a variant no mixed part trained says so."""
+    from attnlab.experiments.hijack_report import hijack_protocol
+    from attnlab.experiments.report import read_results
+
+    ms = [0, 4]
+    fixed = {("standard", 0): [0.9], ("standard", 4): [0.6], ("rbf", 0): [1.0], ("rbf", 4): [0.25],
+             ("mqa", 0): [0.5], ("mqa", 4): [0.125]}
+    mix1 = {("standard", 0): [1.0, 0.95, 0.9], ("standard", 4): [0.7, 0.5, 0.4],
+            ("rbf", 0): [1.0, 1.0, 0.8], ("rbf", 4): [0.3, 0.1, 0.2]}
+    plant_hijack(tmp_path / "fx", ["standard", "rbf", "mqa"], ms, fixed, seeds=(0,))
+    plant_hijack(tmp_path / "mx-1", ["standard", "rbf"], ms, mix1)
+    text = hijack_protocol(("fx", read_results(tmp_path / "fx")[1]), [("mx-1", read_results(tmp_path / "mx-1")[1])])
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()[2:]]
+    one = lambda x: f"{100 * x:.1f}"
+    pct = lambda xs: f"{100 * statistics.mean(xs):.1f} ± {100 * statistics.stdev(xs):.1f}"
+    assert text.splitlines()[0] == "| variant | trained as | seeds | m = 0 | m = 4 |"
+    assert rows == [["standard", "fx", "0", one(0.9), one(0.6)],
+                    ["", "mx-1", "0", one(1.0), one(0.7)],
+                    ["", "mx-1", "0, 1, 2", pct(mix1["standard", 0]), pct(mix1["standard", 4])],
+                    ["rbf", "fx", "0", one(1.0), one(0.25)],
+                    ["", "mx-1", "0", one(1.0), one(0.3)],
+                    ["", "mx-1", "0, 1, 2", pct(mix1["rbf", 0]), pct(mix1["rbf", 4])],
+                    ["mqa", "fx", "0", one(0.5), one(0.125)],
+                    ["", "not run", "none", "n/a", "n/a"]]

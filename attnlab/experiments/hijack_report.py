@@ -23,7 +23,7 @@ from ..rundir import HIJACK_ACCURACY_FILE as ACCURACY_FILE
 from ..rundir import HIJACK_MASS_FILE as MASS_FILE
 from .stats import describe, mean_std_text, welch_ttest
 
-__all__ = ["hijack_results", "hijack_summary", "hijack_tables", "plot_hijack"]
+__all__ = ["hijack_protocol", "hijack_results", "hijack_summary", "hijack_tables", "plot_hijack"]
 
 _KEY = re.compile(r"^hijack/m(\d+)/(accuracy|unique|cluster)$")
 MASSES = ("unique", "cluster")  # the retrieval head's mass on the unique binding, on the cluster
@@ -107,6 +107,36 @@ def hijack_summary(parts: list[tuple[str, dict]]) -> str:
             ratio = speed.get(row["variant"]), speed.get(hijack["baseline"])
             ratio = "n/a" if None in ratio else f"{ratio[0] / ratio[1]:.2f}x"
             lines.append(f"| {row['variant']} | {name} | " + " | ".join(cells) + f" | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
+def hijack_protocol(fixed: tuple[str, list], mixed: list[tuple[str, list]]) -> str:
+    """One Markdown table that checks one training protocol against another, e.g. a fixed cluster size against m
+    drawn per sequence: ``fixed`` and each of ``mixed`` are (experiment name, its run records). Per variant of
+    ``fixed``, up to three rows of accuracy at the hijack query at every m (in %): its ``fixed`` runs, the runs of the
+    ``mixed`` part that trained that variant with the same seeds, and all that part's seeds (mean ± std) when it
+    has more; "not run" and "n/a" where no part trained the variant or a run logged no sweep."""
+    def runs(records, variant, seeds=None):
+        return [r for r in records if r.variant == variant and r.usable and (seeds is None or r.seed in seeds)]
+
+    def cell(rs, m):
+        return _pct(describe([r.diagnostics[f"hijack/m{m}/accuracy"] for r in rs
+                              if f"hijack/m{m}/accuracy" in r.diagnostics]).to_dict())
+
+    name, records = fixed
+    ms = sorted({int(k.group(1)) for r in records for d in r.diagnostics if (k := _KEY.match(d))})
+    lines = ["| variant | trained as | seeds | " + " | ".join(f"m = {m}" for m in ms) + " |",
+             "|---|---|---" + "|---" * len(ms) + "|"]
+    for variant in dict.fromkeys(r.variant for r in records):
+        own = runs(records, variant)
+        seeds = sorted(r.seed for r in own)
+        part, other = next(((n, rs) for n, rs in mixed if runs(rs, variant)), (None, []))
+        same, every = runs(other, variant, set(seeds)), runs(other, variant)
+        rows = [(name, own), (part, same)] + ([(part, every)] if len(every) > len(same) else [])
+        for i, (label, rs) in enumerate(rows):
+            seed_text = ", ".join(str(r.seed) for r in sorted(rs, key=lambda r: r.seed)) or "none"
+            lines.append(f"| {variant if i == 0 else ''} | {label or 'not run'} | {seed_text} | "
+                         + " | ".join(cell(rs, m) for m in ms) + " |")
     return "\n".join(lines) + "\n"
 
 
