@@ -1,0 +1,120 @@
+"""The low-rank causal magnitude solver (attnlab.functional.magnitude_lowrank, issue 16) against independent
+references: a dense float64 solve of every prefix system of the same approximated matrix, the exact Cholesky prefix
+forms of attnlab.functional.magnitude, and the exact similarity when the landmarks are the points themselves."""
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.functional.magnitude import prefix_factor, prefix_weight_matrix_from_factor, similarity
+from attnlab.functional.magnitude import own_prefix_weights_from_factor, prefix_weights
+from attnlab.functional.magnitude_lowrank import lowrank_prefix, nystrom_features, prefix_weight_matrix_lowrank
+
+
+def _problem(seed=0, batch=2, n=37, r=6, dim=5, t=0.7, eps=0.01):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, n, dim, generator=g, dtype=torch.float64)
+    landmarks = torch.randn(batch, r, dim, generator=g, dtype=torch.float64)
+    phi, d = nystrom_features(x, landmarks, t)
+    return x, landmarks, phi, d + eps
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 8, 64])
+def test_every_prefix_matches_a_dense_float64_solve_of_the_same_matrix(chunk):
+    """For A = diag(lam) + Phi Phi' and every prefix i, np.linalg.solve(A_i, 1) gives mu^(i): its last entry is w_i,
+    it is row i of M, and its sum is cumsum(y^2)_i. Tolerance 1e-10: the systems have cond < 1e3 here, so float64
+    rounding stays near 1e-13; any error in the block algebra is of order 1. Chunk sizes that divide T = 37, that
+    do not, and that exceed it."""
+    _, _, phi, lam = _problem()
+    w, y, c = lowrank_prefix(phi, lam, chunk)
+    m = prefix_weight_matrix_lowrank(phi, lam, c)
+    a = (torch.diag_embed(lam) + phi @ phi.mT).numpy()
+    for b in range(a.shape[0]):
+        for i in range(1, a.shape[1] + 1):
+            mu = np.linalg.solve(a[b, :i, :i], np.ones(i))
+            assert abs(w[b, i - 1].item() - mu[-1]) < 1e-10
+            np.testing.assert_allclose(m[b, i - 1, :i].numpy(), mu, rtol=0, atol=1e-10)
+            assert np.all(m[b, i - 1, i:].numpy() == 0)
+            assert abs((y[b, :i] ** 2).sum().item() - mu.sum()) < 1e-10
+            # c_i = S_i^-1 u_i = Phi_i' mu^(i) (Woodbury)
+            np.testing.assert_allclose(c[b, i - 1].numpy(), phi[b, :i].numpy().T @ mu, rtol=0, atol=1e-10)
+
+
+def test_agrees_with_the_exact_cholesky_prefix_forms_on_the_approximated_similarity():
+    """prefix_factor (one dense Cholesky of Z + eps I) on Z = Phi Phi' + D gives the same w and M."""
+    _, _, phi, lam = _problem(seed=1, n=50, r=8)
+    eps = 0.01
+    z = phi @ phi.mT + torch.diag_embed(lam - eps)
+    L, y_exact, _ = prefix_factor(z, eps)
+    w, y, c = lowrank_prefix(phi, lam, chunk=16)
+    torch.testing.assert_close(w, own_prefix_weights_from_factor(L, y_exact), rtol=0, atol=1e-10)
+    torch.testing.assert_close(y, y_exact, rtol=0, atol=1e-10)
+    torch.testing.assert_close(prefix_weight_matrix_lowrank(phi, lam, c),
+                               prefix_weight_matrix_from_factor(L, y_exact), rtol=0, atol=1e-10)
+
+
+def test_nystrom_features_bound_the_kernel_and_are_exact_with_the_points_as_landmarks():
+    """Phi Phi' <= Z in the PSD order (so d = 1 - ||phi||^2 is in [0, 1] and Phi Phi' + D has the exact unit diagonal);
+    with the points themselves as landmarks, Phi Phi' = Z up to the landmark jitter, and the weights are the exact
+    prefix weights of seed 000's similarity (prefix_weights) to 1e-6 (jitter 1e-6 against cond(Z) ~ 1e2 here)."""
+    x, landmarks, phi, _ = _problem(n=30, r=10)
+    t = 0.7
+    z = similarity(x, t)
+    _, d = nystrom_features(x, landmarks, t)
+    assert torch.linalg.eigvalsh(z - phi @ phi.mT).min() > -1e-10
+    assert d.min() >= 0 and d.max() <= 1
+    torch.testing.assert_close(torch.diagonal(phi @ phi.mT + torch.diag_embed(d), dim1=-2, dim2=-1),
+                               torch.ones_like(d), rtol=0, atol=1e-12)
+    x_small = x[:, :12]
+    phi_all, d_all = nystrom_features(x_small, x_small, t)
+    torch.testing.assert_close(phi_all @ phi_all.mT, similarity(x_small, t), rtol=0, atol=1e-5)
+    eps = 0.1
+    w, _, _ = lowrank_prefix(phi_all, d_all + eps, chunk=4)
+    torch.testing.assert_close(w, prefix_weights(x_small, t, eps=eps), rtol=0, atol=1e-4)
+
+
+def test_outputs_before_a_perturbed_key_do_not_change():
+    """Causality: perturbing key k changes no w_j, y_j, c_j for j < k (k inside a chunk, at its start, in the last
+    one); tolerance 1e-12 for the rounding of batched LAPACK calls on different right-hand sides."""
+    x, landmarks, _, _ = _problem(seed=2, batch=1, n=40, r=5)
+    base = lowrank_prefix(*_features(x, landmarks), chunk=8)
+    for k in (3, 16, 39):
+        x2 = x.clone()
+        x2[:, k] += 3.0
+        out = lowrank_prefix(*_features(x2, landmarks), chunk=8)
+        for a, b in zip(base, out):
+            torch.testing.assert_close(a[:, :k], b[:, :k], rtol=0, atol=1e-12)
+            assert (a[:, k] - b[:, k]).abs().max() > 1e-6  # the perturbation does reach position k
+
+
+def _features(x, landmarks, t=0.7, eps=0.01):
+    phi, d = nystrom_features(x, landmarks, t)
+    return phi, d + eps
+
+
+def test_gradients_match_finite_differences():
+    """gradcheck (float64) of w, y and M through the Nystrom features and the chunked solve, w.r.t. the points, the
+    landmarks and t."""
+    x, landmarks, _, _ = _problem(seed=3, batch=1, n=9, r=3, dim=2)
+    t = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+
+    def f(x, landmarks, t):
+        phi, lam = _features(x, landmarks, t)
+        w, y, c = lowrank_prefix(phi, lam, chunk=4)
+        return w, y, prefix_weight_matrix_lowrank(phi, lam, c)
+
+    assert torch.autograd.gradcheck(f, (x.requires_grad_(), landmarks.requires_grad_(), t))
+
+
+def test_duplicate_keys_stay_finite_and_share_a_unit_of_weight():
+    """Exact duplicate keys at a landmark: no NaN or inf, and m clones inside the prefix share about one unit of
+    weight (their M entries sum to ~1 when the kernel is captured exactly: phi = the landmark's features)."""
+    dim = 4
+    landmarks = torch.randn(1, 3, dim, dtype=torch.float64, generator=torch.Generator().manual_seed(4)) * 3
+    x = landmarks[:, :1].expand(1, 8, dim).clone()  # 8 copies of landmark 0
+    phi, d = nystrom_features(x, landmarks, 1.0)
+    assert d.abs().max() < 1e-5  # on a landmark the features hold the whole kernel
+    w, y, c = lowrank_prefix(phi, d + 1e-3, chunk=3)
+    m = prefix_weight_matrix_lowrank(phi, d + 1e-3, c)
+    assert all(torch.isfinite(v).all() for v in (w, y, c, m))
+    torch.testing.assert_close(m[0, -1].sum(), torch.tensor(8 / (8 + 1e-3), dtype=torch.float64), rtol=1e-4, atol=0)
