@@ -16,12 +16,15 @@ from .configio import from_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
 from .functional.attention import BACKENDS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa
 from .functional.magnitude import APPLY as MAGNITUDE_APPLY
+from .functional.magnitude import CAUSAL_FORMS as _CAUSAL_FORMS
 from .functional.magnitude import FORMS as _MAGNITUDE_FORMS
 from .functional.magnitude import GATES as MAGNITUDE_GATES
 from .functional.magnitude import KERNELS as MAGNITUDE_KERNELS
-from .functional.magnitude import SOLVERS as MAGNITUDE_SOLVERS
+from .functional.magnitude import SOLVERS as _EXACT_SOLVERS
+from .functional.magnitude_lowrank import SOLVER as LOWRANK
 
 MAGNITUDE_FORMS = ("off", *_MAGNITUDE_FORMS)
+MAGNITUDE_SOLVERS = (*_EXACT_SOLVERS, LOWRANK)
 PROJECTION_MODES = ("projected", "identity", "identity_init", "residual")  # built by attnlab.nn.projections
 LEARNED_MODES = ("projected", "residual")  # the modes with a trained W that low rank can factor (W = B A)
 QK_NORMS = ("off", "fixed", "learned")
@@ -63,7 +66,11 @@ class AttentionConfig:
     magnitude_kernel: str = "gaussian"
     """`"gaussian"` (seed 000) or `"laplacian"`: exp(-t ||k_j - k_l||), the classical metric-space magnitude."""
     magnitude_solver: str = "cholesky"
-    """`"cholesky"` (exact) or `"cg"`: conjugate gradient truncated at `magnitude_cg_iters` (global form only)."""
+    """`"cholesky"` (exact), `"cg"`: conjugate gradient truncated at `magnitude_cg_iters` (global form only), or `"lowrank"`: Z ~ Phi Phi' + D with Nystrom features against `magnitude_rank` learned landmarks per K/V head, every prefix solved chunk by chunk in O(T r^2) (causal and prefix forms; Gaussian kernel; eps > 0)."""
+    magnitude_rank: int = 32
+    """Landmarks r of `magnitude_solver="lowrank"` (1 <= r <= block_size)."""
+    magnitude_chunk: int = 64
+    """Positions per block of the lowrank solver's chunked solve (the same numbers for any value; a speed knob)."""
     magnitude_cg_iters: int = 5
     """CG iterations when `magnitude_solver="cg"` (seed 000: "3-5 iterations")."""
     magnitude_gate: str = "clamp"
@@ -139,6 +146,8 @@ class AttentionConfig:
         check_choice("attention.magnitude_kernel", self.magnitude_kernel, MAGNITUDE_KERNELS)
         check_choice("attention.magnitude_solver", self.magnitude_solver, MAGNITUDE_SOLVERS)
         check_number("attention.magnitude_cg_iters", self.magnitude_cg_iters, low=1, integer=True)
+        check_number("attention.magnitude_rank", self.magnitude_rank, low=1, integer=True)
+        check_number("attention.magnitude_chunk", self.magnitude_chunk, low=1, integer=True)
         check_choice("attention.magnitude_gate", self.magnitude_gate, MAGNITUDE_GATES)
         check_number("attention.magnitude_beta", self.magnitude_beta)
         check_number("attention.magnitude_gamma", self.magnitude_gamma)
@@ -157,16 +166,30 @@ class AttentionConfig:
                 "position i's gate sees keys after i; use magnitude='causal' or 'prefix' (exact prefix forms), "
                 "causal=false, or allow_future_leak=true to reproduce seed 000 as written"
             )
-        if self.magnitude in ("causal", "prefix") and self.magnitude_solver != "cholesky":
+        if self.magnitude in _CAUSAL_FORMS and self.magnitude_solver == "cg":
             raise ConfigError(
-                f"attention.magnitude={self.magnitude!r} needs magnitude_solver='cholesky': the prefix forms come "
-                f"from one Cholesky factor, and CG solves a single system, not every prefix"
+                f"attention.magnitude={self.magnitude!r} needs magnitude_solver='cholesky' or 'lowrank': the prefix "
+                f"forms come from one Cholesky factor, and CG solves a single system, not every prefix"
             )
+        if self.magnitude_solver == LOWRANK:
+            self._check_lowrank()
         if self.magnitude == "prefix" and not self.causal:
             raise ConfigError(
                 "attention.magnitude='prefix' gates key j by its weight inside query i's prefix (j <= i), which "
                 "needs causal=true; use magnitude='global' for bidirectional attention"
             )
+
+    def _check_lowrank(self) -> None:
+        """What the low-rank solver needs: a causal form, the Gaussian kernel, eps > 0."""
+        if self.magnitude not in _CAUSAL_FORMS:
+            raise ConfigError(f"attention.magnitude_solver='lowrank' solves every prefix, so it needs "
+                              f"magnitude='causal' or 'prefix', got magnitude={self.magnitude!r}")
+        if self.magnitude_kernel != "gaussian":
+            raise ConfigError(f"attention.magnitude_solver='lowrank' approximates the Gaussian kernel; "
+                              f"magnitude_kernel={self.magnitude_kernel!r} needs magnitude_solver='cholesky'")
+        if not self.magnitude_eps > 0:
+            raise ConfigError(f"attention.magnitude_eps={self.magnitude_eps!r}: magnitude_solver='lowrank' needs "
+                              f"eps > 0 (the diagonal 1 - ||phi_j||^2 is 0 for a key on a landmark)")
 
     def _check_projections(self) -> None:
         """The Q/K/V projection fields (seed 001), QK-norm, low rank and the MLA latent, and what they exclude."""

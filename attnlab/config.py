@@ -104,6 +104,9 @@ class GPTConfig:
             dropout=self.dropout if attn.dropout is None else attn.dropout,
         )
         attn.check_sizes(self.n_embd)
+        if attn.magnitude_solver == "lowrank" and attn.magnitude_rank > self.block_size:
+            raise ConfigError(f"attention.magnitude_rank={attn.magnitude_rank} is larger than block_size="
+                              f"{self.block_size}; use at most block_size landmarks (allowed 1..{self.block_size})")
         return attn
 
     def replace(self, **changes) -> "GPTConfig":

@@ -118,3 +118,97 @@ def test_duplicate_keys_stay_finite_and_share_a_unit_of_weight():
     m = prefix_weight_matrix_lowrank(phi, d + 1e-3, c)
     assert all(torch.isfinite(v).all() for v in (w, y, c, m))
     torch.testing.assert_close(m[0, -1].sum(), torch.tensor(8 / (8 + 1e-3), dtype=torch.float64), rtol=1e-4, atol=0)
+
+
+# ------------------------------------------------------------------------------------ in a model (AttentionConfig)
+
+
+def _lowrank(form="causal", **kw):
+    from attnlab import AttentionConfig
+
+    return AttentionConfig(magnitude=form, magnitude_solver="lowrank", **kw)
+
+
+@pytest.mark.parametrize("bad,patterns", [
+    ({"magnitude_rank": 0}, ["attention.magnitude_rank=0"]),
+    ({"magnitude_chunk": 0}, ["attention.magnitude_chunk=0"]),
+    ({"magnitude_eps": 0.0}, ["attention.magnitude_eps=0.0", "eps > 0"]),
+    ({"magnitude_kernel": "laplacian"}, ["'lowrank' approximates the Gaussian kernel", "'laplacian'"]),
+])
+def test_bad_lowrank_settings_get_one_line_errors(bad, patterns):
+    from helpers import one_line_error
+
+    one_line_error(lambda: _lowrank(**bad), *patterns)
+
+
+def test_lowrank_needs_a_causal_form_and_at_most_block_size_landmarks():
+    from attnlab import AttentionConfig, GPTConfig
+    from helpers import one_line_error
+
+    one_line_error(lambda: AttentionConfig(magnitude="global", magnitude_solver="lowrank", causal=False),
+                   "magnitude='causal' or 'prefix'", "magnitude='global'")
+    one_line_error(lambda: GPTConfig(block_size=16, n_head=2, n_embd=16, attention=_lowrank(magnitude_rank=17)),
+                   "attention.magnitude_rank=17", "allowed 1..16")
+
+
+@pytest.mark.parametrize("form", ["causal", "prefix"])
+def test_gate_with_the_keys_as_landmarks_gives_the_exact_gate(form):
+    """A lowrank MagnitudeGate whose landmarks are the keys themselves (r = T, so the Nystrom features hold the
+    whole kernel) gates as the exact Cholesky gate does, to 1e-4 (float64; the landmark jitter 1e-6 against
+    cond(Z + eps I) < 1e3 here)."""
+    from attnlab.nn.gates import MagnitudeGate
+
+    torch.manual_seed(0)
+    keys = torch.randn(2, 3, 12, 4, dtype=torch.float64)
+    exact = MagnitudeGate(form, eps=0.05, gate="linear").double()
+    low = MagnitudeGate(form, eps=0.05, gate="linear", solver="lowrank", rank=12, chunk=5, n_heads=3,
+                        head_dim=4).double()
+    with torch.no_grad():
+        low.landmarks.copy_(keys[0])  # batch 0: landmarks = that batch's keys, per head
+    torch.testing.assert_close(low(keys)[0], exact(keys)[0], rtol=0, atol=1e-4)
+    assert (low(keys)[1] - exact(keys)[1]).abs().max() > 1e-3  # batch 1's keys are not the landmarks
+
+
+@pytest.mark.parametrize("apply", ["values", "logits"])
+@pytest.mark.parametrize("form", ["causal", "prefix"])
+def test_lowrank_does_not_leak_the_future_with_several_chunks(form, apply):
+    """The perturbation leak test (tests/test_causal_leak.py's bound) with chunks of 4 and 5 positions at T = 16."""
+    from helpers import LEAK_TOL, build, max_leak
+
+    for chunk in (4, 5):
+        cfg = _lowrank(form, magnitude_rank=8, magnitude_chunk=chunk, magnitude_apply=apply)
+        assert max_leak(build(cfg, "rope")) < LEAK_TOL
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["causal", "prefix"])
+def test_lowrank_does_not_leak_at_t_256(form):
+    """The same at T = 256 with the default rank and chunk (4 chunks of 64) and with chunks of 48 (the last one
+    padded)."""
+    from attnlab import GPT, GPTConfig
+    from helpers import LEAK_TOL, VOCAB
+
+    for chunk in (64, 48):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(vocab_size=VOCAB, block_size=256, n_layer=2, n_head=4, n_embd=64,
+                              attention=_lowrank(form, magnitude_chunk=chunk))).double().eval()
+        idx = torch.randint(0, VOCAB, (1, 256), generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            base = model(idx)[0]
+            for i in (0, 63, 64, 130, 254):
+                perturbed = idx.clone()
+                perturbed[:, i + 1:] = (idx[:, i + 1:] + 1) % VOCAB
+                out = model(perturbed)[0]
+                assert (out[:, : i + 1] - base[:, : i + 1]).abs().max().item() < LEAK_TOL
+                assert (out[:, i + 1:] - base[:, i + 1:]).abs().max() > 1e-6
+
+
+def test_landmarks_are_not_weight_decayed():
+    """split_params: the landmarks are points in key space, not weights (decay would pull them to the origin)."""
+    from attnlab import GPT, GPTConfig
+    from attnlab.train.optim import split_params
+
+    model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=1, n_head=2, n_embd=16,
+                          attention=_lowrank(magnitude_rank=4)))
+    decay, no_decay = split_params(model)
+    assert any(n.endswith("landmarks") for n, _ in no_decay) and not any(n.endswith("landmarks") for n, _ in decay)

@@ -42,6 +42,7 @@ KERNELS = ("gaussian", "laplacian")
 SOLVERS = ("cholesky", "cg")
 GATES = ("clamp", "seed", "linear")  # default first
 FORMS = ("global", "causal", "prefix")  # which key set each weight is taken in (see gaussian_key_weights)
+CAUSAL_FORMS = FORMS[1:]  # the forms solved on every prefix (exact by one Cholesky factor, or the lowrank solver)
 APPLY = ("values", "logits")  # where the weights act: a gate on the values (default), or a prior in the softmax
 PRIOR_FLOOR = 1e-4  # log_prior clamps w here: below 1/N for every context attnlab trains (N <= 1024), so exact
 #   clusters of up to 10^4 clones still count as one key; a key with w <= floor (magnitude weights can be 0 or
@@ -388,7 +389,7 @@ def prefix_weight_matrix(x, t=1.0, *, eps: float = 0.0, kernel: str = "gaussian"
 
 
 __all__ = [
-    "APPLY", "FORMS", "GATES", "KERNELS", "PRIOR_FLOOR", "SOLVERS", "SolveInfo",
+    "APPLY", "CAUSAL_FORMS", "FORMS", "GATES", "KERNELS", "PRIOR_FLOOR", "SOLVERS", "SolveInfo",
     "similarity", "pairwise_distances", "tikhonov", "cholesky_jitter", "cg_solve", "relative_residual",
     "solve_weights", "prefix_factor", "prefix_magnitude_from_factor", "own_prefix_weights_from_factor",
     "prefix_weight_matrix_from_factor", "gate", "log_prior",

@@ -28,12 +28,22 @@ differentiates the whole computation (Cholesky and triangular solves).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
+from .magnitude import CAUSAL_FORMS, SolveInfo
 from .scores import squared_distances
 
-__all__ = ["lowrank_prefix", "nystrom_features", "prefix_weight_matrix_lowrank"]
+__all__ = ["CHUNK", "LANDMARK_INIT_STD", "RANK", "SOLVER", "lowrank_key_weights", "lowrank_prefix",
+           "nystrom_features", "prefix_weight_matrix_lowrank"]
+
+SOLVER = "lowrank"  # the name of this solver beside attnlab.functional.magnitude.SOLVERS (the exact ones)
+RANK = 32  # default number of landmarks r
+CHUNK = 64  # default positions per block of the chunked solve
+LANDMARK_INIT_STD = 0.5  # landmarks start as N(0, 0.5^2) points: the spread of a GPT's keys at init (weights of std
+#   0.02 on unit-variance inputs give key coordinates of std 0.02 sqrt(n_embd): 0.23 at n_embd 128, 0.55 at 768)
 
 LANDMARK_JITTER = 1e-6  # added to K_LL's diagonal: landmarks that (nearly) coincide keep a factorable K_LL; any
 #   jitter >= 0 keeps Phi Phi' = K_nL (K_LL + jitter I)^-1 K_Ln <= K_nL K_LL^+ K_Ln <= Z, hence D >= 0
@@ -48,7 +58,8 @@ def nystrom_features(x: torch.Tensor, landmarks: torch.Tensor, t=1.0, *, jitter:
     so phi_j' phi_l = k_L(x_j)' (K_LL + jitter I)^-1 k_L(x_l) is the kernel's projection onto the landmarks' span.
     d_j lies in [0, 1] (clamped against rounding): 0 for a point on a landmark, 1 for one far from all of them.
     t: a number or a tensor over the leading dims."""
-    dim = x.shape[-1]
+    dim, r = x.shape[-1], landmarks.shape[-2]
+    jitter = max(jitter, 10 * r * torch.finfo(x.dtype).eps)  # float32: above the rounding of K_LL's entries
     t = torch.as_tensor(t, dtype=x.dtype, device=x.device)
     t = t[..., None, None] if t.dim() else t
     k_xl = torch.exp(-t * squared_distances(x, landmarks) / dim)  # [..., T, r]
@@ -96,3 +107,29 @@ def lowrank_prefix(phi: torch.Tensor, lam: torch.Tensor, chunk: int = 64):
 def prefix_weight_matrix_lowrank(phi: torch.Tensor, lam: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """M [..., T, T]: M_ij = (1 - phi_j' c_i) / lambda_j for j <= i, 0 above the diagonal."""
     return ((1.0 - c @ phi.mT) / lam[..., None, :]).tril()
+
+
+def lowrank_key_weights(keys: torch.Tensor, landmarks: torch.Tensor, t, eps: float, *, form: str = "causal",
+                        chunk: int = CHUNK, with_residual: bool = True):
+    """(w, |X| [...], SolveInfo): what MagnitudeGate needs from keys [..., N, d] with the low-rank solver, the
+    counterpart of magnitude_kernel.gaussian_key_weights. form "causal": w [..., N], key j's weight in its own
+    prefix; "prefix": M [..., N, N]. |X| = sum_k y_k^2 is the magnitude of the whole (approximated) key set. The
+    residual is that of the full approximated system, ||1 - A mu|| / sqrt(N) with mu = M_N (O(N r) by Woodbury);
+    it measures rounding, not the approximation of Z. eps must be > 0 (D can be 0 on a landmark)."""
+    if form not in CAUSAL_FORMS:
+        raise ValueError(f"form={form!r}: the low-rank solver gives the causal forms 'causal' and 'prefix' only")
+    if not eps > 0:
+        raise ValueError(f"eps={eps!r}: the low-rank solver needs eps > 0 (1 - ||phi||^2 is 0 on a landmark)")
+    phi, d = nystrom_features(keys, landmarks, t)
+    lam = d + eps  # Lambda = D + eps I
+    w, y, c = lowrank_prefix(phi, lam, chunk)
+    n = keys.shape[-2]
+    residual = keys.new_zeros(keys.shape[:-2])
+    if with_residual:
+        with torch.no_grad():  # mu = M_N = (1 - Phi c_N) / lambda;  A mu = lambda mu + Phi (Phi' mu)
+            mu = (1.0 - (phi @ c[..., -1, :, None])[..., 0]) / lam
+            a_mu = lam * mu + (phi @ (phi.mT @ mu[..., None]))[..., 0]
+            residual = (1.0 - a_mu).norm(dim=-1) / math.sqrt(n)
+    if form == "prefix":
+        w = prefix_weight_matrix_lowrank(phi, lam, c)
+    return w, y.square().sum(-1), SolveInfo(residual, 0, torch.zeros_like(lam))

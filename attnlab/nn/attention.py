@@ -56,7 +56,7 @@ class Attention(nn.Module):
         self.qk_scale = self.head_dim ** 0.5 if config.qk_norm_scale is None else config.qk_norm_scale  # g
         self.qk_gain = nn.Parameter(torch.tensor(float(self.qk_scale))) if config.qk_norm == "learned" else None
         self.resid_dropout = nn.Dropout(self.attn_dropout)
-        self.magnitude = MagnitudeGate.from_config(config) if config.magnitude != "off" else None
+        self.magnitude = MagnitudeGate.from_config(config, self.head_dim) if config.magnitude != "off" else None
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """[B, T, n * head_dim] -> [B, n, T, head_dim]."""

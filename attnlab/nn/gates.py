@@ -12,6 +12,7 @@ from torch import nn
 from ..functional import magnitude as M
 from ..functional.magnitude import FORMS
 from ..functional.magnitude_kernel import gaussian_key_weights
+from ..functional.magnitude_lowrank import CHUNK, LANDMARK_INIT_STD, RANK, lowrank_key_weights
 
 
 class MagnitudeGate(nn.Module):
@@ -22,6 +23,9 @@ class MagnitudeGate(nn.Module):
         "causal": g_j  = gate(y_j / L_jj)        key j's weight inside its own prefix {1..j}   (exact, causal)
         "prefix": g_ij = gate(M_ij)              key j's weight inside query i's prefix {1..i}  (exact, causal)
         gate(w)  = sigmoid(beta clamp(w, 0, 1) + gamma) | sigmoid(beta w + gamma) | clamp(beta w + gamma, 0, 1)
+    solver="lowrank" (causal and prefix forms): Z ~ Phi Phi' + D with Nystrom features against ``rank`` landmarks
+    per K/V head (parameters [n_heads, rank, head_dim], N(0, 0.5^2) at init), every prefix solved chunk by chunk
+    (:mod:`attnlab.functional.magnitude_lowrank`).
     apply_to="logits" (the control for seed 000's argument, issue 15 item 3): the output is the logit prior
     log max(w, PRIOR_FLOOR) of the same shape instead of gate(w), for softmax(z + prior); there is no gate, so the
     module has no beta and no gamma (the attributes are None) and the gate settings are not used.
@@ -36,12 +40,16 @@ class MagnitudeGate(nn.Module):
 
     def __init__(self, form: str = "causal", *, t: float = 1.0, eps: float = 1e-3, kernel: str = "gaussian",
                  solver: str = "cholesky", cg_iters: int = 5, gate: str = "clamp", beta: float = 1.0,
-                 gamma: float = 0.0, apply_to: str = "values", record_stats: bool = True):
+                 gamma: float = 0.0, apply_to: str = "values", record_stats: bool = True, rank: int = RANK,
+                 chunk: int = CHUNK, n_heads: int = 1, head_dim: int | None = None):
         super().__init__()
         if form not in FORMS:
             raise ValueError(f"form={form!r} is not allowed; choose one of: {', '.join(map(repr, FORMS))}")
-        if form != "global" and solver != "cholesky":
-            raise ValueError(f"form={form!r} needs solver='cholesky' (CG is not causal)")
+        if form != "global" and solver == "cg":
+            raise ValueError(f"form={form!r} needs solver='cholesky' or 'lowrank' (CG is not causal)")
+        if solver == "lowrank" and (form == "global" or kernel != "gaussian" or head_dim is None):
+            raise ValueError(f"solver='lowrank' needs form 'causal' or 'prefix', the Gaussian kernel and head_dim "
+                             f"(got form={form!r}, kernel={kernel!r}, head_dim={head_dim!r})")
         if gate not in M.GATES:
             raise ValueError(f"gate={gate!r} is not allowed; choose one of: {', '.join(map(repr, M.GATES))}")
         if apply_to not in M.APPLY:
@@ -57,14 +65,21 @@ class MagnitudeGate(nn.Module):
         else:  # a logit prior has no gate: no parameters that would never receive a gradient
             self.register_parameter("beta", None)
             self.register_parameter("gamma", None)
+        self.chunk = chunk
+        if solver == "lowrank":  # one set of landmarks per K/V head
+            self.landmarks = nn.Parameter(torch.randn(n_heads, rank, head_dim) * LANDMARK_INIT_STD)
+        else:
+            self.register_parameter("landmarks", None)
         self.last_stats: dict[str, float] = {}
 
     @classmethod
-    def from_config(cls, cfg) -> "MagnitudeGate":
-        """The gate an AttentionConfig with magnitude != "off" asks for."""
+    def from_config(cls, cfg, head_dim: int | None = None) -> "MagnitudeGate":
+        """The gate an AttentionConfig with magnitude != "off" asks for (head_dim: for the lowrank solver)."""
         return cls(cfg.magnitude, t=cfg.magnitude_t, eps=cfg.magnitude_eps, kernel=cfg.magnitude_kernel,
                    solver=cfg.magnitude_solver, cg_iters=cfg.magnitude_cg_iters, gate=cfg.magnitude_gate,
-                   beta=cfg.magnitude_beta, gamma=cfg.magnitude_gamma, apply_to=cfg.magnitude_apply)
+                   beta=cfg.magnitude_beta, gamma=cfg.magnitude_gamma, apply_to=cfg.magnitude_apply,
+                   rank=cfg.magnitude_rank, chunk=cfg.magnitude_chunk, n_heads=cfg.n_kv_head or 1,
+                   head_dim=head_dim)
 
     @property
     def t(self) -> torch.Tensor:
@@ -78,6 +93,9 @@ class MagnitudeGate(nn.Module):
         """
         if k.dtype in (torch.float16, torch.bfloat16):
             k = k.float()  # no half-precision Cholesky; at eps = 1e-3 float32 moves gates by < 1e-3 (measure_gates)
+        if self.solver == "lowrank":
+            return lowrank_key_weights(k, self.landmarks.to(k.dtype), self.t.to(k.dtype), self.eps, form=self.form,
+                                       chunk=self.chunk, with_residual=with_residual)
         if self.kernel == "gaussian":
             return gaussian_key_weights(k, self.t.to(k.dtype), self.eps, form=self.form, solver=self.solver,
                                         max_iter=self.cg_iters, with_residual=with_residual)

@@ -46,12 +46,16 @@ def split_params(model: nn.Module) -> tuple[list[tuple[str, nn.Parameter]], list
     """(decay, no_decay): named trainable parameters, each parameter exactly once.
 
     ``decay`` holds every >= 2-D parameter that is not an embedding table (``nn.Embedding`` or learned
-    positions; the tied ``lm_head.weight`` *is* ``wte.weight``, so it counts as an embedding). Everything else
-    is ``no_decay``. A parameter shared by several modules is listed once, under its first name.
+    positions; the tied ``lm_head.weight`` *is* ``wte.weight``, so it counts as an embedding) or a set of points
+    (the landmarks of a MagnitudeGate with the lowrank solver: decay would pull them to the origin, away from the
+    keys). Everything else is ``no_decay``. A parameter shared by several modules is listed once, under its first
+    name.
     """
     from ..nn import LearnedPositions
+    from ..nn.gates import magnitude_gates
 
     embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, (nn.Embedding, LearnedPositions))}
+    embedding_ids |= {id(g.landmarks) for g in magnitude_gates(model) if g.landmarks is not None}
     decay, no_decay = [], []
     for name, p in model.named_parameters():  # named_parameters() already yields a shared parameter once
         if p.requires_grad:
