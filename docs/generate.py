@@ -15,7 +15,9 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
 - ``HIJACK-SUMMARY:<prefix>``: one table over the parts ``results/<prefix>-1``, ``-2``, ... of a hijack experiment
   (:func:`attnlab.experiments.hijack_report.hijack_summary`);
 - ``HIJACK-PROTOCOL:<fixed>:<prefix>``: the runs in ``results/<fixed>`` against the same variants in the parts
-  ``results/<prefix>-1``, ``-2``, ... (:func:`attnlab.experiments.hijack_report.hijack_protocol`).
+  ``results/<prefix>-1``, ``-2``, ... (:func:`attnlab.experiments.hijack_report.hijack_protocol`);
+- ``LOWRANK-ERROR:<dir>``: the low-rank magnitude solver's error table from ``results/<dir>/error.json``
+  (:func:`attnlab.experiments.lowrank_error.error_table`).
 
 Blocks with other names (the hand-written ``MAGNITUDE-TEXT`` and the like) are left alone. tests/test_docs.py
 imports this file and checks that every committed block equals what it generates, so the text cannot drift from
@@ -34,7 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)*):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
-GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "HIJACK-SUMMARY:", "HIJACK-PROTOCOL:")
+GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "HIJACK-SUMMARY:", "HIJACK-PROTOCOL:",
+             "LOWRANK-ERROR:")
 
 
 def pages() -> list[Path]:
@@ -232,6 +235,12 @@ def render(name: str, page: Path) -> str | None:
         return hijack_summary_block(name.split(":", 1)[1])
     if name.startswith("HIJACK-PROTOCOL:"):
         return hijack_protocol_block(name.split(":", 1)[1])
+    if name.startswith("LOWRANK-ERROR:"):
+        import json
+
+        from attnlab.experiments.lowrank_error import error_table
+
+        return error_table(json.loads((ROOT / "results" / name.split(":", 1)[1] / "error.json").read_text()))
     return None
 
 
