@@ -7,6 +7,13 @@ Rows (batch 8, heads 8, head_dim 64, forward+backward; the targets of "Magnitude
 plus magnitude-causal and magnitude-prefix at seq 512 (no target; the README's speed table measured them there), and
 the logit-prior forms (magnitude_apply="logits", issue 15's control) at seq 256 (no target).
 
+--long: the rows of issue 16 at batch 1 (long context): the low-rank solver (magnitude_solver="lowrank", default rank
+and chunk) beside the exact forms at the same T, so that the crossover shows:
+  lowrank-causal   seq 1024, 2048, 4096: <= 1.5x, and peak memory <= 2x SDPA's
+  lowrank-prefix   seq 1024, 2048:       <= 3x
+  magnitude-causal seq 1024, 2048, 4096 and magnitude-prefix seq 1024, 2048 (exact; no target)
+and "scaling": per row name, the log-log slope of the fwd+bwd time against T (least squares over its seqs).
+
 Conventions of benchmarks/attention_layer.py (its helpers are imported, not copied): the reference is a layer with
 the same q/k/v/out projections around one F.scaled_dot_product_attention call (is_causal as the variant's), timed
 in this same run, alternating variant and reference call by call (medians over --repeats); ratio = variant median /
@@ -21,6 +28,7 @@ Peak memory of one forward+backward call, after a warm-up call (so parameter gra
     python benchmarks/magnitude.py                          # CPU fp32, every row
     python benchmarks/magnitude.py --rows magnitude-causal:256 global-cg:512 --repeats 5
     python benchmarks/magnitude.py --profile magnitude-causal:256          # torch.profiler table instead of JSON
+    python benchmarks/magnitude.py --long --repeats 3                       # issue 16's rows, batch 1
 Prints one JSON object.
 """
 
@@ -49,10 +57,18 @@ FORMS = {
     "magnitude-prefix": ("magnitude-prefix", True),
     "magnitude-causal-logits": ("magnitude-causal-logits", True),  # the weights as a logit prior (no target)
     "magnitude-prefix-logits": ("magnitude-prefix-logits", True),
+    "lowrank-causal": ({"magnitude": "causal", "magnitude_solver": "lowrank"}, True),  # issue 16
+    "lowrank-prefix": ({"magnitude": "prefix", "magnitude_solver": "lowrank"}, True),
 }
 TARGETS = {("global-cg", 512): 1.5, ("magnitude-causal", 256): 2.0, ("magnitude-prefix", 256): 3.0}
 DEFAULT_ROWS = ["global-cg:512", "magnitude-causal:256", "magnitude-prefix:256", "magnitude-causal:512",
                 "magnitude-prefix:512", "magnitude-causal-logits:256", "magnitude-prefix-logits:256"]
+LONG_TARGETS = {**{("lowrank-causal", t): 1.5 for t in (1024, 2048, 4096)},
+                **{("lowrank-prefix", t): 3.0 for t in (1024, 2048)}}
+LONG_MEMORY_TARGETS = {("lowrank-causal", t): 2.0 for t in (1024, 2048, 4096)}  # peak_mb / sdpa_peak_mb
+LONG_ROWS = [f"{name}:{t}" for name, ts in (("lowrank-causal", (1024, 2048, 4096)), ("magnitude-causal", (1024, 2048, 4096)),
+                                             ("lowrank-prefix", (1024, 2048)), ("magnitude-prefix", (1024, 2048)))
+             for t in ts]
 
 
 class RawSDPABidirectional(RawSDPALayer):
@@ -115,12 +131,30 @@ def profile_row(layer, x, device) -> None:
     print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
 
 
+def scaling_exponents(results: list[dict]) -> dict:
+    """{row name: slope} of log(fwd_bwd_ms) against log(seq), least squares, for every name timed at >= 2 seqs."""
+    import math
+
+    out = {}
+    for name in dict.fromkeys(r["row"] for r in results):
+        pts = [(math.log(r["seq"]), math.log(r["fwd_bwd_ms"])) for r in results if r["row"] == name]
+        if len({x for x, _ in pts}) >= 2:
+            mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
+            out[name] = round(sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts), 2)
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", nargs="*", default=DEFAULT_ROWS, help="NAME:SEQ, NAME in " + ", ".join(FORMS))
     add_shape_args(p)
     p.add_argument("--profile", metavar="NAME:SEQ", help="print a torch.profiler table of one fwd+bwd call and exit")
+    p.add_argument("--long", action="store_true", help="issue 16's long-context rows at batch 1 (overrides --rows "
+                                                       "and --batch)")
     args = p.parse_args(argv)
+    targets, memory_targets = TARGETS, {}
+    if args.long:
+        args.rows, args.batch, targets, memory_targets = LONG_ROWS, 1, LONG_TARGETS, LONG_MEMORY_TARGETS
 
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
@@ -143,8 +177,12 @@ def main(argv=None):
         for who, module in (("", layer), ("sdpa_", reference)):
             mb, memory_method = peak_memory_mb(fwd_bwd(module, x_grad), device)
             row[f"{who}peak_mb"] = round(mb, 1)
-        target = TARGETS.get((name, seq))
+        target = targets.get((name, seq))
         row["target_ratio"], row["met"] = target, None if target is None else row["fwd_bwd_ratio"] <= target
+        if (name, seq) in memory_targets:
+            row["memory_ratio"] = round(row["peak_mb"] / row["sdpa_peak_mb"], 2)
+            row["memory_target_ratio"] = memory_targets[name, seq]
+            row["memory_met"] = row["memory_ratio"] <= memory_targets[name, seq]
         results.append(row)
         print(json.dumps(row), file=sys.stderr)  # progress
     out = {
@@ -157,6 +195,7 @@ def main(argv=None):
         "note": "ratio = attnlab layer median / raw-SDPA layer median in this run (same projections; is_causal as "
                 "the row's); target and met refer to fwd_bwd_ratio",
         "results": results,
+        "scaling": scaling_exponents(results),
     }
     print(json.dumps(out, indent=1))
 

@@ -244,3 +244,19 @@ def test_error_rows_match_numpy_prefix_solves_of_the_exact_and_the_nystrom_matri
         for stat, value in expect.items():
             assert rows[key][stat] == pytest.approx(value, abs=1e-9), (key, stat)
     assert rows["w"]["max"] > 1e-3  # 4 landmarks for 10 points: an approximation, not the exact matrix
+
+
+def test_benchmark_scaling_exponent_is_the_log_log_slope():
+    """benchmarks/magnitude.py's "scaling": a time proportional to T^3 gives 3, T^1 gives 1; a row timed at one T
+    gets none."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "magnitude.py"
+    spec = importlib.util.spec_from_file_location("bench_magnitude", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = [{"row": "cubic", "seq": t, "fwd_bwd_ms": 2e-6 * t ** 3} for t in (256, 1024, 4096)]
+    rows += [{"row": "linear", "seq": t, "fwd_bwd_ms": 0.01 * t} for t in (512, 2048)]
+    rows += [{"row": "once", "seq": 1024, "fwd_bwd_ms": 5.0}]
+    assert bench.scaling_exponents(rows) == {"cubic": 3.0, "linear": 1.0}
