@@ -260,3 +260,14 @@ def test_benchmark_scaling_exponent_is_the_log_log_slope():
     rows += [{"row": "linear", "seq": t, "fwd_bwd_ms": 0.01 * t} for t in (512, 2048)]
     rows += [{"row": "once", "seq": 1024, "fwd_bwd_ms": 5.0}]
     assert bench.scaling_exponents(rows) == {"cubic": 3.0, "linear": 1.0}
+
+
+def test_exact_kernel_chunks_its_matrices_on_every_device():
+    """The exact kernel keeps each [chunk, N, N] buffer bounded on devices other than CPU too (1 GiB; CPU 16 MiB):
+    at N = 4096 in float32 a 64 MiB matrix, so 16 per chunk, not all B x H at once."""
+    from attnlab.functional.magnitude_kernel import CHUNK_BYTES, DEVICE_CHUNK_BYTES, _chunk_size
+
+    meta = torch.empty(0, device="meta")  # any device that is not the CPU
+    assert _chunk_size(64, 4096, meta) == DEVICE_CHUNK_BYTES // (4096 * 4096 * 4) == 16
+    assert _chunk_size(64, 256, meta) == 64  # small matrices: one chunk
+    assert _chunk_size(64, 512, torch.empty(0)) == CHUNK_BYTES // (512 * 512 * 4) == 16

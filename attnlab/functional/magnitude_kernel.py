@@ -16,7 +16,7 @@ import torch
 
 from .magnitude import FORMS, SOLVERS, SolveInfo, _cg, _dot, _eye, _vecmat, cholesky_jitter, relative_residual
 
-__all__ = ["BLOCK", "CHUNK_BYTES", "inverse_cholesky", "gaussian_key_weights"]
+__all__ = ["BLOCK", "CHUNK_BYTES", "DEVICE_CHUNK_BYTES", "inverse_cholesky", "gaussian_key_weights"]
 
 # ------------------------------------------------------------------- the gate's fast path (Gaussian kernel, fused)
 #
@@ -43,6 +43,7 @@ __all__ = ["BLOCK", "CHUNK_BYTES", "inverse_cholesky", "gaussian_key_weights"]
 
 BLOCK = 32  # diagonal blocks factored by LAPACK in inverse_cholesky
 CHUNK_BYTES = 2**24  # CPU: at most 16 MiB per [chunk, N, N] buffer
+DEVICE_CHUNK_BYTES = 2**30  # other devices: at most 1 GiB per [chunk, N, N] buffer (memory, not speed)
 
 
 def inverse_cholesky(a: torch.Tensor, block: int | None = None):
@@ -67,9 +68,10 @@ def inverse_cholesky(a: torch.Tensor, block: int | None = None):
 
 
 def _chunk_size(n_mats: int, n: int, x: torch.Tensor) -> int:
-    if x.device.type != "cpu":
-        return max(n_mats, 1)
-    return max(1, min(n_mats, CHUNK_BYTES // (n * n * x.element_size())))
+    """Matrices per chunk: at most CHUNK_BYTES per [chunk, N, N] buffer on CPU, DEVICE_CHUNK_BYTES elsewhere (there
+    only to bound memory at long context: [B H, N, N] at N = 4096 and B H = 64 would be 4 GiB per buffer)."""
+    limit = CHUNK_BYTES if x.device.type == "cpu" else DEVICE_CHUNK_BYTES
+    return max(1, min(n_mats, limit // (n * n * x.element_size())))
 
 
 def _augmented(keys: torch.Tensor, t: torch.Tensor):
@@ -285,6 +287,7 @@ def _cg_adjoint(a: torch.Tensor, trace: list, g_x: torch.Tensor):
     return torch.cat([e, p], -1), torch.cat([p, e], -1)
 
 
+@torch.compiler.disable  # in-place writes into slices and data-dependent retries: runs eagerly inside a compiled model
 def gaussian_key_weights(keys: torch.Tensor, t, eps: float = 0.0, *, form: str = "causal", solver: str = "cholesky",
                          max_iter: int = 5, with_residual: bool = False):
     """(w, |X| [...], SolveInfo) of keys [..., N, d] with the Gaussian kernel, as MagnitudeGate needs them (fast).

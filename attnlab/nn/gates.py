@@ -121,6 +121,7 @@ class MagnitudeGate(nn.Module):
             self._record(w, mag, info, g, k.shape[-2])
         return g
 
+    @torch.compiler.disable  # device syncs for the log: kept out of a compiled graph
     @torch.no_grad()
     def _record(self, w, mag, info, g, n) -> None:
         if self.form == "prefix":  # the weights the gate reads: the lower triangle j <= i
