@@ -271,3 +271,24 @@ def test_exact_kernel_chunks_its_matrices_on_every_device():
     assert _chunk_size(64, 4096, meta) == DEVICE_CHUNK_BYTES // (4096 * 4096 * 4) == 16
     assert _chunk_size(64, 256, meta) == 64  # small matrices: one chunk
     assert _chunk_size(64, 512, torch.empty(0)) == CHUNK_BYTES // (512 * 512 * 4) == 16
+
+
+def test_front_ends_take_the_lowrank_solver():
+    """attnlab.prefix_magnitude / prefix_weights / prefix_weight_matrix with solver="lowrank": numpy in, numpy out;
+    with the points themselves as landmarks the exact prefix forms to 1e-4 (as above); a bad rank or the global
+    form get a clear error."""
+    import attnlab
+    from attnlab.functional.magnitude import prefix_weight_matrix
+
+    x = np.random.default_rng(5).normal(size=(12, 4))
+    kw = {"eps": 0.1, "t": 0.7}
+    for fn in (attnlab.prefix_magnitude, prefix_weights, prefix_weight_matrix):
+        low = fn(x, solver="lowrank", landmarks=x, chunk=5, **kw)
+        assert isinstance(low, np.ndarray)
+        np.testing.assert_allclose(low, fn(x, **kw), rtol=0, atol=1e-4)
+    default = attnlab.prefix_magnitude(x, solver="lowrank", rank=6, **kw)
+    assert default.shape == (12,) and np.all(np.diff(default) >= -1e-12)  # prefix magnitude never decreases
+    with pytest.raises(ValueError, match=r"rank=13 is out of range; allowed 1..12"):
+        attnlab.prefix_magnitude(x, solver="lowrank", rank=13, **kw)
+    with pytest.raises(ValueError, match="causal forms only"):
+        attnlab.magnitude_weights(x, solver="lowrank", **kw)

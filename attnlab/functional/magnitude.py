@@ -36,6 +36,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .magnitude_lowrank import CHUNK, RANK, default_landmarks, lowrank_prefix, nystrom_features
+from .magnitude_lowrank import SOLVER as LOWRANK
+from .magnitude_lowrank import prefix_weight_matrix_lowrank
 from .scores import squared_distances
 
 KERNELS = ("gaussian", "laplacian")
@@ -225,6 +228,9 @@ def solve_weights(z: torch.Tensor, eps: float = 0.0, *, solver: str = "cholesky"
         ones = torch.ones(z.shape[:-1], dtype=z.dtype, device=z.device)
         mu, its = cg_solve(a, ones, max_iter=z.shape[-1] if max_iter is None else max_iter, tol=tol)
         jitter = torch.zeros_like(ones)
+    elif solver == LOWRANK:
+        raise ValueError("solver='lowrank' gives the causal forms only: use prefix_magnitude, prefix_weights or "
+                         "prefix_weight_matrix")
     else:
         raise ValueError(f"solver={solver!r} is not allowed; choose one of: {', '.join(map(repr, SOLVERS))}")
     with torch.no_grad():
@@ -362,28 +368,57 @@ def magnitude(x, t=1.0, *, eps: float = 0.0, kernel: str = "gaussian", solver: s
 def _prefix(x, t, eps, kernel, solver):
     _check(x, t, eps, kernel)
     if solver != "cholesky":
-        raise ValueError(f"solver={solver!r}: prefix forms need the Cholesky factor (CG solves one system, "
-                         f"and every prefix is a different one)")
+        raise ValueError(f"solver={solver!r}: prefix forms need the Cholesky factor or solver='lowrank' (CG solves "
+                         f"one system, and every prefix is a different one)")
     return prefix_factor(similarity(x, t, kernel), eps)
 
 
+def _lowrank(x, t, eps, kernel, landmarks, rank, chunk):
+    """(phi, lambda, w, y, c) of the low-rank solver (attnlab.functional.magnitude_lowrank) on points x."""
+    _check(x, t, eps, kernel)
+    if kernel != "gaussian" or not eps > 0:
+        raise ValueError(f"solver='lowrank' needs kernel='gaussian' and eps > 0, got kernel={kernel!r}, eps={eps!r}")
+    if landmarks is None:
+        if not (isinstance(rank, int) and 1 <= rank <= x.shape[-2]):
+            raise ValueError(f"rank={rank!r} is out of range; allowed 1..{x.shape[-2]} (the number of points)")
+        landmarks = default_landmarks(rank, x.shape[-1], x)
+    phi, d = nystrom_features(x, torch.as_tensor(landmarks, dtype=x.dtype, device=x.device), t)
+    lam = d + eps  # Lambda = D + eps I
+    return (phi, lam, *lowrank_prefix(phi, lam, chunk))
+
+
 @_array_api
-def prefix_magnitude(x, t=1.0, *, eps: float = 0.0, kernel: str = "gaussian", solver: str = "cholesky"):
-    """|X_1..i| [..., N] for every prefix i of points x [..., N, d]: cumsum of y^2, y = L^-1 1 (exact, causal)."""
+def prefix_magnitude(x, t=1.0, *, eps: float = 0.0, kernel: str = "gaussian", solver: str = "cholesky",
+                     landmarks=None, rank: int = RANK, chunk: int = CHUNK):
+    """|X_1..i| [..., N] for every prefix i of points x [..., N, d]: cumsum of y^2, y = L^-1 1 (exact, causal).
+
+    solver="lowrank": the same for Z ~ Phi Phi' + D with Nystrom features against ``landmarks`` [..., r, d] (default:
+    ``rank`` points drawn as a model's landmarks are at initialisation, N(0, 0.5^2), seed 0), chunks of ``chunk``."""
+    if solver == LOWRANK:
+        return _lowrank(x, t, eps, kernel, landmarks, rank, chunk)[3].square().cumsum(-1)
     L, y, _ = _prefix(x, t, eps, kernel, solver)
     return prefix_magnitude_from_factor(y)
 
 
 @_array_api
-def prefix_weights(x, t=1.0, *, eps: float = 0.0, kernel: str = "gaussian", solver: str = "cholesky"):
-    """w [..., N]: the weight of point j inside its own prefix {1..j}, y_j / L_jj (exact, causal)."""
+def prefix_weights(x, t=1.0, *, eps: float = 0.0, kernel: str = "gaussian", solver: str = "cholesky",
+                   landmarks=None, rank: int = RANK, chunk: int = CHUNK):
+    """w [..., N]: the weight of point j inside its own prefix {1..j}, y_j / L_jj (exact, causal; solver="lowrank"
+    as in :func:`prefix_magnitude`)."""
+    if solver == LOWRANK:
+        return _lowrank(x, t, eps, kernel, landmarks, rank, chunk)[2]
     L, y, _ = _prefix(x, t, eps, kernel, solver)
     return own_prefix_weights_from_factor(L, y)
 
 
 @_array_api
-def prefix_weight_matrix(x, t=1.0, *, eps: float = 0.0, kernel: str = "gaussian", solver: str = "cholesky"):
-    """M [..., N, N]: M_ij = weight of point j inside the prefix {1..i} (j <= i; 0 above the diagonal)."""
+def prefix_weight_matrix(x, t=1.0, *, eps: float = 0.0, kernel: str = "gaussian", solver: str = "cholesky",
+                         landmarks=None, rank: int = RANK, chunk: int = CHUNK):
+    """M [..., N, N]: M_ij = weight of point j inside the prefix {1..i} (j <= i; 0 above the diagonal; solver="lowrank"
+    as in :func:`prefix_magnitude`)."""
+    if solver == LOWRANK:
+        phi, lam, _, _, c = _lowrank(x, t, eps, kernel, landmarks, rank, chunk)
+        return prefix_weight_matrix_lowrank(phi, lam, c)
     L, y, _ = _prefix(x, t, eps, kernel, solver)
     return prefix_weight_matrix_from_factor(L, y)
 

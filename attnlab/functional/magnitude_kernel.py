@@ -14,9 +14,12 @@ import math
 
 import torch
 
-from .magnitude import FORMS, SOLVERS, SolveInfo, _cg, _dot, _eye, _vecmat, cholesky_jitter, relative_residual
+from .magnitude import CAUSAL_FORMS, FORMS, SOLVERS, SolveInfo, _cg, _dot, _eye, _vecmat, cholesky_jitter
+from .magnitude import relative_residual
+from .magnitude_lowrank import CHUNK, lowrank_prefix, nystrom_features, prefix_weight_matrix_lowrank
 
-__all__ = ["BLOCK", "CHUNK_BYTES", "DEVICE_CHUNK_BYTES", "inverse_cholesky", "gaussian_key_weights"]
+__all__ = ["BLOCK", "CHUNK_BYTES", "DEVICE_CHUNK_BYTES", "inverse_cholesky", "gaussian_key_weights",
+           "lowrank_key_weights"]
 
 # ------------------------------------------------------------------- the gate's fast path (Gaussian kernel, fused)
 #
@@ -308,3 +311,29 @@ def gaussian_key_weights(keys: torch.Tensor, t, eps: float = 0.0, *, form: str =
     its = max_iter if solver == "cg" else 0
     info = SolveInfo(residual.reshape(lead) if with_residual else residual, its, jitter.reshape(*lead, n))
     return w.reshape(*lead, *w.shape[1:]), mag.reshape(lead), info
+
+
+def lowrank_key_weights(keys: torch.Tensor, landmarks: torch.Tensor, t, eps: float, *, form: str = "causal",
+                        chunk: int = CHUNK, with_residual: bool = True):
+    """(w, |X| [...], SolveInfo): what MagnitudeGate needs from keys [..., N, d] with the low-rank solver, the
+    counterpart of magnitude_kernel.gaussian_key_weights. form "causal": w [..., N], key j's weight in its own
+    prefix; "prefix": M [..., N, N]. |X| = sum_k y_k^2 is the magnitude of the whole (approximated) key set. The
+    residual is that of the full approximated system, ||1 - A mu|| / sqrt(N) with mu = M_N (O(N r) by Woodbury);
+    it measures rounding, not the approximation of Z. eps must be > 0 (D can be 0 on a landmark)."""
+    if form not in CAUSAL_FORMS:
+        raise ValueError(f"form={form!r}: the low-rank solver gives the causal forms 'causal' and 'prefix' only")
+    if not eps > 0:
+        raise ValueError(f"eps={eps!r}: the low-rank solver needs eps > 0 (1 - ||phi||^2 is 0 on a landmark)")
+    phi, d = nystrom_features(keys, landmarks, t)
+    lam = d + eps  # Lambda = D + eps I
+    w, y, c = lowrank_prefix(phi, lam, chunk)
+    n = keys.shape[-2]
+    residual = keys.new_zeros(keys.shape[:-2])
+    if with_residual:
+        with torch.no_grad():  # mu = M_N = (1 - Phi c_N) / lambda;  A mu = lambda mu + Phi (Phi' mu)
+            mu = (1.0 - (phi @ c[..., -1, :, None])[..., 0]) / lam
+            a_mu = lam * mu + (phi @ (phi.mT @ mu[..., None]))[..., 0]
+            residual = (1.0 - a_mu).norm(dim=-1) / math.sqrt(n)
+    if form == "prefix":
+        w = prefix_weight_matrix_lowrank(phi, lam, c)
+    return w, y.square().sum(-1), SolveInfo(residual, 0, torch.zeros_like(lam))

@@ -28,16 +28,13 @@ differentiates the whole computation (Cholesky and triangular solves).
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
-from .magnitude import CAUSAL_FORMS, SolveInfo
 from .scores import squared_distances
 
-__all__ = ["CHUNK", "LANDMARK_INIT_STD", "RANK", "SOLVER", "lowrank_key_weights", "lowrank_prefix",
-           "nystrom_features", "prefix_weight_matrix_lowrank"]
+__all__ = ["CHUNK", "LANDMARK_INIT_STD", "RANK", "SOLVER", "default_landmarks", "lowrank_prefix", "nystrom_features",
+           "prefix_weight_matrix_lowrank"]
 
 SOLVER = "lowrank"  # the name of this solver beside attnlab.functional.magnitude.SOLVERS (the exact ones)
 RANK = 32  # default number of landmarks r
@@ -109,27 +106,8 @@ def prefix_weight_matrix_lowrank(phi: torch.Tensor, lam: torch.Tensor, c: torch.
     return ((1.0 - c @ phi.mT) / lam[..., None, :]).tril()
 
 
-def lowrank_key_weights(keys: torch.Tensor, landmarks: torch.Tensor, t, eps: float, *, form: str = "causal",
-                        chunk: int = CHUNK, with_residual: bool = True):
-    """(w, |X| [...], SolveInfo): what MagnitudeGate needs from keys [..., N, d] with the low-rank solver, the
-    counterpart of magnitude_kernel.gaussian_key_weights. form "causal": w [..., N], key j's weight in its own
-    prefix; "prefix": M [..., N, N]. |X| = sum_k y_k^2 is the magnitude of the whole (approximated) key set. The
-    residual is that of the full approximated system, ||1 - A mu|| / sqrt(N) with mu = M_N (O(N r) by Woodbury);
-    it measures rounding, not the approximation of Z. eps must be > 0 (D can be 0 on a landmark)."""
-    if form not in CAUSAL_FORMS:
-        raise ValueError(f"form={form!r}: the low-rank solver gives the causal forms 'causal' and 'prefix' only")
-    if not eps > 0:
-        raise ValueError(f"eps={eps!r}: the low-rank solver needs eps > 0 (1 - ||phi||^2 is 0 on a landmark)")
-    phi, d = nystrom_features(keys, landmarks, t)
-    lam = d + eps  # Lambda = D + eps I
-    w, y, c = lowrank_prefix(phi, lam, chunk)
-    n = keys.shape[-2]
-    residual = keys.new_zeros(keys.shape[:-2])
-    if with_residual:
-        with torch.no_grad():  # mu = M_N = (1 - Phi c_N) / lambda;  A mu = lambda mu + Phi (Phi' mu)
-            mu = (1.0 - (phi @ c[..., -1, :, None])[..., 0]) / lam
-            a_mu = lam * mu + (phi @ (phi.mT @ mu[..., None]))[..., 0]
-            residual = (1.0 - a_mu).norm(dim=-1) / math.sqrt(n)
-    if form == "prefix":
-        w = prefix_weight_matrix_lowrank(phi, lam, c)
-    return w, y.square().sum(-1), SolveInfo(residual, 0, torch.zeros_like(lam))
+def default_landmarks(rank: int, dim: int, like: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """r landmarks [rank, dim] drawn as a model's are at initialisation, N(0, LANDMARK_INIT_STD^2), from a fixed seed
+    (the front-ends' choice when no landmarks are given: they depend on no key, so the forms stay causal)."""
+    g = torch.Generator().manual_seed(seed)
+    return (LANDMARK_INIT_STD * torch.randn(rank, dim, generator=g, dtype=torch.float64)).to(like.dtype).to(like.device)

@@ -11,8 +11,8 @@ from torch import nn
 
 from ..functional import magnitude as M
 from ..functional.magnitude import FORMS
-from ..functional.magnitude_kernel import gaussian_key_weights
-from ..functional.magnitude_lowrank import CHUNK, LANDMARK_INIT_STD, RANK, lowrank_key_weights
+from ..functional.magnitude_kernel import gaussian_key_weights, lowrank_key_weights
+from ..functional.magnitude_lowrank import CHUNK, LANDMARK_INIT_STD, RANK
 
 
 class MagnitudeGate(nn.Module):
