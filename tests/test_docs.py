@@ -131,14 +131,15 @@ def test_results_blocks_are_the_shipped_runs():
     """Every results table on the docs pages is what `attnlab report` computes from the raw run logs shipped in
     results/<name>/ (summary.json, metrics.jsonl), so no number in it was typed or pasted from elsewhere; and every
     directory under results/ is quoted on some page (a measurement that is not a comparison, such as
-    results/magnitude-lowrank, by its own generated block: LOWRANK-ERROR)."""
+    results/magnitude-lowrank, by its own generated block: LOWRANK-ERROR; the single-seed protocol check
+    results/hijack-fixed by HIJACK-PROTOCOL)."""
     from attnlab.experiments.report import read_results, results_tables
 
     found, other = {}, set()
     for page, text in _pages().items():
         for name, block in re.findall(r"<!-- RESULTS:([\w-]+):BEGIN -->\n(.*?)<!-- RESULTS:\1:END -->", text, re.S):
             found.setdefault(name, []).append((page, block))
-        other.update(re.findall(r"<!-- LOWRANK-ERROR:([\w-]+):BEGIN -->", text))
+        other.update(re.findall(r"<!-- (?:LOWRANK-ERROR|HIJACK-PROTOCOL):([\w-]+)[:\w-]*:BEGIN -->", text))
     shipped = sorted(p.name for p in (ROOT / "results").iterdir() if p.is_dir())
     assert sorted(set(found) | other) == shipped
     for name, quotes in found.items():
