@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .attention_config import AttentionConfig
+from .attention_config import LOWRANK, AttentionConfig
 from .configio import from_dict, to_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
 from .variants import get_variant
@@ -104,7 +104,7 @@ class GPTConfig:
             dropout=self.dropout if attn.dropout is None else attn.dropout,
         )
         attn.check_sizes(self.n_embd)
-        if attn.magnitude_solver == "lowrank" and attn.magnitude_rank > self.block_size:
+        if attn.magnitude_solver == LOWRANK and attn.magnitude_rank > self.block_size:
             raise ConfigError(f"attention.magnitude_rank={attn.magnitude_rank} is larger than block_size="
                               f"{self.block_size}; use at most block_size landmarks (allowed 1..{self.block_size})")
         return attn

@@ -9,8 +9,8 @@ positions (median, 95th percentile, max) of the absolute error against the exact
     gate   |g(w_j) - g(w_j exact)|    for the default clamp gate and the linear gate at beta = 1, gamma = 0
 
 Families: ``iid`` (N(0, 1) coordinates), ``rank-4`` (4 latent N(0, 1) factors through a random 4 x d map / 2,
-the notes' ill-conditioned case), ``clustered`` (16 centres N(0, 1), each key its centre + N(0, 0.3^2) noise), and
-``trained`` (keys of a trained model's layer, given by the caller). Landmarks: ``init`` (N(0, 0.5^2), what a
+the notes' ill-conditioned case) and ``clustered`` (16 centres N(0, 1), each key its centre + N(0, 0.3^2) noise);
+for the keys of a trained model, call :func:`error_rows` on them. Landmarks: ``init`` (N(0, 0.5^2), what a
 model starts from) and ``sampled`` (r more keys drawn with the key set, from the same centres or subspace but not
 among the keys compared: landmarks placed where keys are, as training can move them).
 
