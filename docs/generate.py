@@ -17,7 +17,8 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
 - ``HIJACK-PROTOCOL:<fixed>:<prefix>``: the runs in ``results/<fixed>`` against the same variants in the parts
   ``results/<prefix>-1``, ``-2``, ... (:func:`attnlab.experiments.hijack_report.hijack_protocol`);
 - ``LOWRANK-ERROR:<dir>``: the low-rank magnitude solver's error table from ``results/<dir>/error.json``
-  (:func:`attnlab.experiments.lowrank_error.error_table`).
+  (:func:`attnlab.experiments.lowrank_error.error_table`);
+- ``BENCH-LONG:<dir>``: the rows of ``benchmarks/magnitude.py --long`` saved in ``results/<dir>/bench_long.json``.
 
 Blocks with other names (the hand-written ``MAGNITUDE-TEXT`` and the like) are left alone. tests/test_docs.py
 imports this file and checks that every committed block equals what it generates, so the text cannot drift from
@@ -37,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)*):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
 GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "HIJACK-SUMMARY:", "HIJACK-PROTOCOL:",
-             "LOWRANK-ERROR:")
+             "LOWRANK-ERROR:", "BENCH-LONG:")
 
 
 def pages() -> list[Path]:
@@ -215,6 +216,21 @@ def hijack_protocol_block(spec: str) -> str:
                            [(p.name, read_results(p)[1]) for p in _parts(prefix)])
 
 
+def bench_long_block(name: str) -> str:
+    """A table of the rows (and the scaling exponents) of a saved ``benchmarks/magnitude.py --long`` run."""
+    import json
+
+    bench = json.loads((ROOT / "results" / name / "bench_long.json").read_text())
+    lines = ["| row | T | fwd+bwd ms | SDPA ms | ratio | target | peak MiB | SDPA peak MiB |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in bench["results"]:
+        target = "" if r["target_ratio"] is None else f"<= {r['target_ratio']}x ({'met' if r['met'] else 'not met'})"
+        lines.append(f"| {r['row']} | {r['seq']} | {r['fwd_bwd_ms']:,} | {r['sdpa_fwd_bwd_ms']:,} | "
+                     f"{r['fwd_bwd_ratio']}x | {target} | {r['peak_mb']} | {r['sdpa_peak_mb']} |")
+    slopes = ", ".join(f"{k} {v}" for k, v in bench["scaling"].items())
+    return "\n".join(lines) + f"\n\nScaling exponents (log-log slope of time against T): {slopes}.\n"
+
+
 # ------------------------------------------------------------------------------------------------------- pages
 
 
@@ -235,6 +251,8 @@ def render(name: str, page: Path) -> str | None:
         return hijack_summary_block(name.split(":", 1)[1])
     if name.startswith("HIJACK-PROTOCOL:"):
         return hijack_protocol_block(name.split(":", 1)[1])
+    if name.startswith("BENCH-LONG:"):
+        return bench_long_block(name.split(":", 1)[1])
     if name.startswith("LOWRANK-ERROR:"):
         import json
 
