@@ -373,8 +373,9 @@ def _prefix(x, t, eps, kernel, solver):
     return prefix_factor(similarity(x, t, kernel), eps)
 
 
-def _lowrank(x, t, eps, kernel, landmarks, rank, chunk):
-    """(phi, lambda, w, y, c) of the low-rank solver (attnlab.functional.magnitude_lowrank) on points x."""
+def _lowrank(x, t, eps, kernel, landmarks, rank, chunk, with_c=True):
+    """(phi, lambda, w, y, c) of the low-rank solver (attnlab.functional.magnitude_lowrank) on points x; c is None
+    unless with_c (only the weight matrix M needs it)."""
     _check(x, t, eps, kernel)
     if kernel != "gaussian" or not eps > 0:
         raise ValueError(f"solver='lowrank' needs kernel='gaussian' and eps > 0, got kernel={kernel!r}, eps={eps!r}")
@@ -384,7 +385,7 @@ def _lowrank(x, t, eps, kernel, landmarks, rank, chunk):
         landmarks = default_landmarks(rank, x.shape[-1], x)
     phi, d = nystrom_features(x, torch.as_tensor(landmarks, dtype=x.dtype, device=x.device), t)
     lam = d + eps  # Lambda = D + eps I
-    return (phi, lam, *lowrank_prefix(phi, lam, chunk))
+    return (phi, lam, *lowrank_prefix(phi, lam, chunk, with_c))
 
 
 @_array_api
@@ -395,7 +396,7 @@ def prefix_magnitude(x, t=1.0, *, eps: float = 0.0, kernel: str = "gaussian", so
     solver="lowrank": the same for Z ~ Phi Phi' + D with Nystrom features against ``landmarks`` [..., r, d] (default:
     ``rank`` points drawn as a model's landmarks are at initialisation, N(0, 0.5^2), seed 0), chunks of ``chunk``."""
     if solver == LOWRANK:
-        return _lowrank(x, t, eps, kernel, landmarks, rank, chunk)[3].square().cumsum(-1)
+        return _lowrank(x, t, eps, kernel, landmarks, rank, chunk, with_c=False)[3].square().cumsum(-1)
     L, y, _ = _prefix(x, t, eps, kernel, solver)
     return prefix_magnitude_from_factor(y)
 
@@ -406,7 +407,7 @@ def prefix_weights(x, t=1.0, *, eps: float = 0.0, kernel: str = "gaussian", solv
     """w [..., N]: the weight of point j inside its own prefix {1..j}, y_j / L_jj (exact, causal; solver="lowrank"
     as in :func:`prefix_magnitude`)."""
     if solver == LOWRANK:
-        return _lowrank(x, t, eps, kernel, landmarks, rank, chunk)[2]
+        return _lowrank(x, t, eps, kernel, landmarks, rank, chunk, with_c=False)[2]
     L, y, _ = _prefix(x, t, eps, kernel, solver)
     return own_prefix_weights_from_factor(L, y)
 

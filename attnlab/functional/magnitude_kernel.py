@@ -14,9 +14,9 @@ import math
 
 import torch
 
-from .magnitude import CAUSAL_FORMS, FORMS, SOLVERS, SolveInfo, _cg, _dot, _eye, _vecmat, cholesky_jitter
+from .magnitude import CAUSAL_FORMS, FORMS, SOLVERS, SolveInfo, _cg, _dot, _eye, _lowrank, _vecmat, cholesky_jitter
 from .magnitude import relative_residual
-from .magnitude_lowrank import CHUNK, lowrank_prefix, nystrom_features, prefix_weight_matrix_lowrank
+from .magnitude_lowrank import CHUNK, prefix_weight_matrix_lowrank
 
 __all__ = ["BLOCK", "CHUNK_BYTES", "DEVICE_CHUNK_BYTES", "inverse_cholesky", "gaussian_key_weights",
            "lowrank_key_weights"]
@@ -322,18 +322,16 @@ def lowrank_key_weights(keys: torch.Tensor, landmarks: torch.Tensor, t, eps: flo
     it measures rounding, not the approximation of Z. eps must be > 0 (D can be 0 on a landmark)."""
     if form not in CAUSAL_FORMS:
         raise ValueError(f"form={form!r}: the low-rank solver gives the causal forms 'causal' and 'prefix' only")
-    if not eps > 0:
-        raise ValueError(f"eps={eps!r}: the low-rank solver needs eps > 0 (1 - ||phi||^2 is 0 on a landmark)")
-    phi, d = nystrom_features(keys, landmarks, t)
-    lam = d + eps  # Lambda = D + eps I
-    w, y, c = lowrank_prefix(phi, lam, chunk)
-    n = keys.shape[-2]
+    phi, lam, w, y, c = _lowrank(keys, t, eps, "gaussian", landmarks, None, chunk, with_c=form == "prefix")
     residual = keys.new_zeros(keys.shape[:-2])
     if with_residual:
-        with torch.no_grad():  # mu = M_N = (1 - Phi c_N) / lambda;  A mu = lambda mu + Phi (Phi' mu)
-            mu = (1.0 - (phi @ c[..., -1, :, None])[..., 0]) / lam
+        with torch.no_grad():  # mu = (1 - Phi c_N) / lambda, c_N = S_N^-1 u_N;  A mu = lambda mu + Phi (Phi' mu)
+            scaled = phi / lam[..., None]
+            s_n = torch.eye(phi.shape[-1], dtype=phi.dtype, device=phi.device) + scaled.mT @ phi
+            c_n = torch.linalg.solve(s_n, scaled.sum(-2))
+            mu = (1.0 - (phi @ c_n[..., None])[..., 0]) / lam
             a_mu = lam * mu + (phi @ (phi.mT @ mu[..., None]))[..., 0]
-            residual = (1.0 - a_mu).norm(dim=-1) / math.sqrt(n)
+            residual = (1.0 - a_mu).norm(dim=-1) / math.sqrt(keys.shape[-2])
     if form == "prefix":
         w = prefix_weight_matrix_lowrank(phi, lam, c)
     return w, y.square().sum(-1), SolveInfo(residual, 0, torch.zeros_like(lam))

@@ -71,11 +71,12 @@ def _exclusive_cumsum(x: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cumsum(x, dim) - x
 
 
-def lowrank_prefix(phi: torch.Tensor, lam: torch.Tensor, chunk: int = 64):
+def lowrank_prefix(phi: torch.Tensor, lam: torch.Tensor, chunk: int = 64, with_c: bool = True):
     """(w [..., T], y [..., T], c [..., T, r]) for A = diag(lam) + Phi Phi' (see the module docstring): w_j = key j's
     weight inside its own prefix, y = L^-1 1 (so |X_1..i| = cumsum(y^2)), c_i = S_i^-1 u_i (so M_ij =
     (1 - phi_j' c_i) / lam_j: :func:`prefix_weight_matrix_lowrank`). phi [..., T, r], lam [..., T] > 0.
-    chunk: positions per block (the same numbers for every chunk size, up to rounding)."""
+    chunk: positions per block (the same numbers for every chunk size, up to rounding). with_c=False skips c
+    (None), which only M needs: the causal gate reads w alone."""
     *lead, n, r = phi.shape
     pad = -n % chunk
     if pad:  # padding after the last position changes nothing before it
@@ -95,10 +96,13 @@ def lowrank_prefix(phi: torch.Tensor, lam: torch.Tensor, chunk: int = 64):
     rhs = 1.0 - (phi_c @ c_p[..., None])[..., 0]  # 1 - Phi_c c_p
     y = torch.linalg.solve_triangular(l_c, rhs[..., None], upper=False)[..., 0]  # y_c = L_c^-1 (1 - Phi_c c_p)
     w = y / torch.diagonal(l_c, dim1=-2, dim2=-1)  # w_j = y_j / L_jj
+    w_out, y_out = w.reshape(*lead, -1)[..., :n], y.reshape(*lead, -1)[..., :n]
+    if not with_c:
+        return w_out, y_out, None
     g_phi = torch.linalg.solve_triangular(l_c, phi_c, upper=False)  # L_c^-1 Phi_c  [.., k, C, r]
     acc = torch.cumsum(y[..., None] * g_phi, dim=-2)  # sum_{m <= i in chunk} y_m (L_c^-1 Phi_c)_m
     c = c_p[..., None, :] + torch.cholesky_solve(acc.mT, l_p).mT  # c_i = c_p + S_p^-1 acc_i
-    return (w.reshape(*lead, -1)[..., :n], y.reshape(*lead, -1)[..., :n], c.reshape(*lead, -1, r)[..., :n, :])
+    return w_out, y_out, c.reshape(*lead, -1, r)[..., :n, :]
 
 
 def prefix_weight_matrix_lowrank(phi: torch.Tensor, lam: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
