@@ -292,3 +292,57 @@ def test_front_ends_take_the_lowrank_solver():
         attnlab.prefix_magnitude(x, solver="lowrank", rank=13, **kw)
     with pytest.raises(ValueError, match="causal forms only"):
         attnlab.magnitude_weights(x, solver="lowrank", **kw)
+
+
+def test_trained_rows_read_each_gate_s_keys_t_and_landmarks(tmp_path):
+    """lowrank_error.trained_rows on a run trained (2 steps) with the low-rank solver: the keys it captures are the
+    ones each gate reads (the gate run on them gives the output a forward hook saw during the model's forward),
+    and its "trained" row equals a numpy prefix solve of the exact and the Nystrom matrices built from those keys,
+    the gate's own landmarks, learned t and eps (medians and maxima of |w - w exact| to 1e-9, pooled over layers)."""
+    from attnlab.configio import apply_overrides
+    from attnlab.experiments.lowrank_error import gate_keys, trained_rows
+    from attnlab.nn.gates import magnitude_gates
+    from attnlab.train import load_run, train
+    from helpers import tiny
+
+    overrides = ["data.source=task:mqar", "data.task.n_pairs=4", "data.task.n_keys=8", "data.task.n_values=8",
+                 "data.task.seq_len=24", "model.n_layer=2", "model.attention=magnitude-causal",
+                 "model.attention.magnitude_solver=lowrank", "model.attention.magnitude_rank=4"]
+    cfg = apply_overrides(tiny(tmp_path / "run", tmp_path / "cache", train__max_steps=2, train__warmup_steps=1,
+                               train__eval_interval=2, train__sample_tokens=4), overrides)
+    train(cfg, quiet=True)
+    model, _, _ = load_run(tmp_path / "run")
+    gates = magnitude_gates(model)
+    x = torch.randint(0, model.config.vocab_size, (2, 24))
+    seen = []
+    hooks = [g.register_forward_hook(lambda mod, args, out: seen.append(out)) for g in gates]
+    keys = gate_keys(model, x)
+    for h in hooks:
+        h.remove()
+    assert len(keys) == len(gates) == 2 and keys[0].shape[-2] == 24
+    for gate, k, out in zip(gates, keys, seen):
+        with torch.no_grad():
+            torch.testing.assert_close(gate(k), out, rtol=0, atol=0)
+
+    rows = trained_rows(tmp_path / "run", ranks=(4,), n_sets=1)
+    assert [r["landmarks"] for r in rows] == ["init", "sampled", "trained"]
+    row = rows[-1]
+    from attnlab.data import prepare
+    x_val = next(iter(prepare(cfg.data).val_batches(None, 1, 24)))[0]
+    w_err, w_abs = [], []
+    for gate, k in zip(gates, gate_keys(model, x_val)):
+        t, eps, dim = float(gate.t.detach()), gate.eps, k.shape[-1]
+        for h in range(k.shape[1]):
+            p, a = k[0, h].double().numpy(), gate.landmarks[h].detach().double().numpy()
+            kern = lambda u, v: np.exp(-t * ((u[:, None] - v[None]) ** 2).sum(-1) / dim)
+            k_pl = kern(p, a)
+            low = k_pl @ np.linalg.solve(kern(a, a) + 1e-6 * np.eye(len(a)), k_pl.T)
+            approx, z = low + np.diag(1 - np.diag(low)), kern(p, p)
+            for i in range(1, 25):
+                exact = np.linalg.solve(z[:i, :i] + eps * np.eye(i), np.ones(i))[-1]
+                w_err.append(abs(np.linalg.solve(approx[:i, :i] + eps * np.eye(i), np.ones(i))[-1] - exact))
+                w_abs.append(abs(exact))
+    assert row["w"]["median"] == pytest.approx(np.median(w_err), abs=1e-9)
+    assert row["w"]["max"] == pytest.approx(np.max(w_err), abs=1e-9)
+    assert row["w_exact"]["median"] == pytest.approx(np.median(w_abs), abs=1e-9)
+    assert row["t"] == [round(float(g.t.detach()), 4) for g in gates] and row["rank"] == 4 and row["solver"] == "lowrank"

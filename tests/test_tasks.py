@@ -26,7 +26,9 @@ SIZES = {
     "selective-copy": [{}, SelectiveCopy.tiny_params, {"n_symbols": 2, "n_copy": 10, "seq_len": 20}],
     "noisy-recall": [{}, NoisyRecall.tiny_params, {"n_pairs": 3, "n_keys": 3, "n_noise": 0, "seq_len": 9},
                      {"n_pairs": 6, "n_keys": 12, "n_values": 12, "noise_vocab": 8, "n_noise": 8, "seq_len": 32,
-                      "balanced": True}],
+                      "balanced": True},
+                     {"n_pairs": 6, "n_keys": 12, "n_values": 12, "noise_vocab": 8, "n_noise": 8, "seq_len": 32,
+                      "balanced": True, "bindings_first": True}, {"n_pairs": 3, "seq_len": 20, "n_noise": 4, "bindings_first": True}],
     "hijack": [{}, Hijack.tiny_params, {"m": 0, "m_max": 64}, {"m": 65},
                {"n_marked": 1, "n_keys": 2, "n_queries": 1, "seq_len": 6},
                {"n_marked": 3, "n_queries": 1, "m": 1, "m_max": 4, "seq_len": 21},
@@ -415,6 +417,29 @@ def test_noisy_recall_balanced_stream_uses_every_key_equally_often(n_pairs, seq_
         assert (targets >= 0).sum() == counts.sum() - n_pairs
 
 
+@pytest.mark.parametrize("balanced", [True, False])
+def test_noisy_recall_bindings_first_binds_every_key_once_then_asks(balanced):
+    """bindings_first=true, read by the parser: the first n_pairs keys of each stream are the n_pairs distinct
+    dictionary keys, every later pair repeats one of them and is an answer (and only those are); balanced queries
+    ask every key n_queries // n_pairs times or once more; noise falls inside the bindings too."""
+    task = get_task("noisy-recall", {"n_pairs": 6, "n_keys": 12, "n_values": 12, "noise_vocab": 8, "n_noise": 8,
+                                     "seq_len": 32, "balanced": balanced, "bindings_first": True})
+    x, y = task.sample(400, np.random.default_rng(4))
+    noise_inside = 0
+    for row, targets in zip(x, y):
+        expected = parse_noisy_recall(task, row)
+        assert expected == [int(t) for t in targets]
+        keys = [(t, int(tok)) for t, tok in enumerate(row) if tok < task.n_keys]
+        first = [k for _, k in keys[:6]]
+        assert len(set(first)) == 6 and all(k in first for _, k in keys[6:])
+        assert [t for t, _ in keys[6:]] == [t for t, want in enumerate(expected) if want >= 0]
+        if balanced:
+            counts = np.bincount([k for _, k in keys[6:]], minlength=task.n_keys)[first]
+            assert counts.max() - counts.min() <= 1
+        noise_inside += any(tok >= task.n_keys + task.n_values for tok in row[:keys[5][0]])
+    assert noise_inside > 200  # the noise is not only in the query region
+
+
 def _most_frequent_value_accuracy(task: NoisyRecall, n: int, seed: int) -> tuple[float, float]:
     """(accuracy, its standard error) of the predictor that answers, at each answer position, the value token seen
     most often so far in the sequence (ties to the smallest id), with the answers found by the independent parser.
@@ -485,6 +510,7 @@ BAD = [
     ("hijack", {"packed": True}, "hijack: packed=true needs neutral=false"),
     ("hijack", {"packed": 1, "neutral": False}, "hijack: packed=1 is not allowed; choose true or false"),
     ("noisy-recall", {"balanced": "yes"}, "noisy-recall: balanced='yes' is not allowed; choose true or false"),
+    ("noisy-recall", {"bindings_first": 1}, "noisy-recall: bindings_first=1 is not allowed; choose true or false"),
     ("hijack", {"n_marked": 0}, "data.task.n_marked=0 is out of range; allowed 1..32"),
     ("hijack", {"n_keys": 1}, "data.task.n_keys=1 is out of range; allowed >= 2"),
     ("hijack", {"n_queries": 9}, "data.task.n_queries=9 is out of range; allowed 1..8"),

@@ -9,12 +9,19 @@ positions (median, 95th percentile, max) of the absolute error against the exact
     gate   |g(w_j) - g(w_j exact)|    for the default clamp gate and the linear gate at beta = 1, gamma = 0
 
 Families: ``iid`` (N(0, 1) coordinates), ``rank-4`` (4 latent N(0, 1) factors through a random 4 x d map / 2,
-the notes' ill-conditioned case) and ``clustered`` (16 centres N(0, 1), each key its centre + N(0, 0.3^2) noise);
-for the keys of a trained model, call :func:`error_rows` on them. Landmarks: ``init`` (N(0, 0.5^2), what a
-model starts from) and ``sampled`` (r more keys drawn with the key set, from the same centres or subspace but not
-among the keys compared: landmarks placed where keys are, as training can move them).
+the notes' ill-conditioned case) and ``clustered`` (16 centres N(0, 1), each key its centre + N(0, 0.3^2) noise).
+Landmarks: ``init`` (N(0, 0.5^2), what a model starts from) and ``sampled`` (r more keys drawn with the key set,
+from the same centres or subspace but not among the keys compared: landmarks placed where keys are, as training
+can move them).
+
+The keys of trained models (``--trained RUN_DIR ...``, :func:`trained_rows`): each run's keys at every magnitude
+gate on its first validation windows, at the gate's learned t and the run's eps, pooled over layers; landmarks
+``init``, ``sampled`` (keys of later validation windows at the same gate) and, for a run trained with the low-rank
+solver, ``trained`` (its own learned landmarks, at its own rank).
 
     python -m attnlab.experiments.lowrank_error --out results/magnitude-lowrank/error.json
+    python -m attnlab.experiments.lowrank_error --trained runs/keys-exact runs/keys-lowrank \
+        --out results/magnitude-lowrank/error_trained.json
 """
 
 from __future__ import annotations
@@ -25,11 +32,16 @@ from pathlib import Path
 
 import torch
 
+from ..data import prepare
+from ..errors import ConfigError
 from ..functional import magnitude as M
 from ..functional.magnitude_lowrank import LANDMARK_INIT_STD, lowrank_prefix, nystrom_features
 from ..functional.magnitude_lowrank import prefix_weight_matrix_lowrank
+from ..nn.gates import magnitude_gates
+from ..train.trainer import load_run
 
-__all__ = ["FAMILIES", "LANDMARKS", "error_rows", "error_table", "keys_of", "main", "run"]
+__all__ = ["FAMILIES", "LANDMARKS", "error_rows", "error_table", "gate_keys", "keys_of", "main", "run",
+           "trained_rows"]
 
 FAMILIES = ("iid", "rank-4", "clustered")
 LANDMARKS = ("init", "sampled")
@@ -58,21 +70,27 @@ def _summary(errors: torch.Tensor) -> dict:
     return {"median": float(q[0]), "p95": float(q[1]), "max": float(e.max())}
 
 
-def error_rows(keys: torch.Tensor, landmarks: torch.Tensor, t: float = 1.0, eps: float = 1e-3, chunk: int = 64) -> dict:
-    """{"w", "M", "gate_clamp", "gate_linear"}: each {"median", "p95", "max"} of the absolute error of the low-rank
-    weights of ``keys`` [..., T, d] with ``landmarks`` [..., r, d] against the exact prefix forms, in float64; and
-    "w_exact", the same statistics of |w exact| (the scale the errors compare with)."""
+def _errors(keys: torch.Tensor, landmarks: torch.Tensor, t, eps: float, chunk: int) -> dict:
+    """{"w_exact", "w", "M", "gate_clamp", "gate_linear"}: flat tensors of |w exact| and of the absolute errors
+    (module docstring), in float64."""
+    keys, landmarks = keys.double(), landmarks.double()
     L, y, _ = M.prefix_factor(M.similarity(keys, t), eps)
     w_exact, m_exact = M.own_prefix_weights_from_factor(L, y), M.prefix_weight_matrix_from_factor(L, y)
     phi, d = nystrom_features(keys, landmarks, t)
     w, _, c = lowrank_prefix(phi, d + eps, chunk)
     m = prefix_weight_matrix_lowrank(phi, d + eps, c)
     lower = torch.ones(keys.shape[-2], keys.shape[-2], dtype=torch.bool).tril()
-    out = {"w_exact": _summary(w_exact.abs()), "w": _summary((w - w_exact).abs()),
-           "M": _summary((m - m_exact).abs()[..., lower])}
+    out = {"w_exact": w_exact.abs(), "w": (w - w_exact).abs(), "M": (m - m_exact).abs()[..., lower]}
     for gate in GATES:
-        out[f"gate_{gate}"] = _summary((M.gate(w, 1.0, 0.0, gate) - M.gate(w_exact, 1.0, 0.0, gate)).abs())
-    return out
+        out[f"gate_{gate}"] = (M.gate(w, 1.0, 0.0, gate) - M.gate(w_exact, 1.0, 0.0, gate)).abs()
+    return {key: value.flatten() for key, value in out.items()}
+
+
+def error_rows(keys: torch.Tensor, landmarks: torch.Tensor, t: float = 1.0, eps: float = 1e-3, chunk: int = 64) -> dict:
+    """{"w", "M", "gate_clamp", "gate_linear"}: each {"median", "p95", "max"} of the absolute error of the low-rank
+    weights of ``keys`` [..., T, d] with ``landmarks`` [..., r, d] against the exact prefix forms, in float64; and
+    "w_exact", the same statistics of |w exact| (the scale the errors compare with)."""
+    return {key: _summary(value) for key, value in _errors(keys, landmarks, t, eps, chunk).items()}
 
 
 def run(ranks=(16, 32, 64, 128), epss=(1e-3, 1e-2, 1e-1), n: int = 256, d: int = 64, n_sets: int = 4,
@@ -90,6 +108,63 @@ def run(ranks=(16, 32, 64, 128), epss=(1e-3, 1e-2, 1e-1), n: int = 256, d: int =
                 for eps in epss:
                     rows.append({"family": family, "landmarks": placement, "rank": r, "eps": eps, "n": n, "d": d,
                                  "t": t, **error_rows(keys, landmarks, t, eps)})
+    return rows
+
+
+def gate_keys(model, x: torch.Tensor) -> list[torch.Tensor]:
+    """The keys [B, H_kv, T, d] that each MagnitudeGate of ``model`` reads when it runs on tokens x [B, T], in
+    layer order (forward pre-hooks: the model is not changed)."""
+    gates = magnitude_gates(model)
+    if not gates:
+        raise ConfigError("this model has no magnitude gate (train it with a magnitude-* attention variant)")
+    keys: list[torch.Tensor] = []
+    handles = [gate.register_forward_pre_hook(lambda mod, args: keys.append(args[0].detach())) for gate in gates]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return keys
+
+
+def trained_rows(run_dir, ranks=(16, 32, 64, 128), n_sets: int = 4, seed: int = 0, chunk: int = 64) -> list[dict]:
+    """Rows like :func:`run` for the keys of a trained run (module docstring): the first ``n_sets`` validation
+    windows of block_size tokens; ``sampled`` landmarks from the next windows. Each gate is solved at its learned
+    t and the run's eps; the errors of all layers and heads are pooled."""
+    model, _, cfg = load_run(run_dir)
+    data = prepare(cfg.data)
+    n = cfg.model.block_size
+    x = torch.cat([xb for xb, _ in data.val_batches(2 * n_sets * n, 2 * n_sets, n)])
+    if x.shape[0] < 2 * n_sets:
+        raise ConfigError(f"{run_dir}'s validation split holds {x.shape[0]} windows of {n} tokens; "
+                          f"{2 * n_sets} are needed (use fewer sets)")
+    gates, keys = magnitude_gates(model), gate_keys(model, x)
+    g = torch.Generator().manual_seed(seed)
+    placements = {r: ["init", "sampled"] for r in ranks}
+    if getattr(gates[0], "landmarks", None) is not None:
+        placements.setdefault(gates[0].landmarks.shape[-2], []).append("trained")
+    rows = []
+    for r, names in sorted(placements.items()):
+        for placement in names:
+            pooled: dict[str, list] = {}
+            for gate, k in zip(gates, keys):
+                mine, pool = k[:n_sets].double(), k[n_sets:].double()  # [S, H, n, d]
+                if placement == "init":
+                    landmarks = LANDMARK_INIT_STD * torch.randn(*mine.shape[:2], r, mine.shape[-1], generator=g,
+                                                                dtype=torch.float64)
+                elif placement == "sampled":
+                    pick = torch.randperm(n, generator=g)[:r]
+                    landmarks = pool[:, :, pick]
+                else:
+                    landmarks = gate.landmarks.detach().double()[None].expand(n_sets, -1, -1, -1)
+                for key, value in _errors(mine, landmarks, float(gate.t.detach()), gate.eps, chunk).items():
+                    pooled.setdefault(key, []).append(value)
+            rows.append({"family": f"trained ({Path(run_dir).name})", "landmarks": placement, "rank": r,
+                         "eps": gates[0].eps, "n": n, "d": keys[0].shape[-1], "layers": len(gates),
+                         "t": [round(float(gate.t.detach()), 4) for gate in gates], "run": Path(run_dir).name,
+                         "solver": gates[0].solver, "form": gates[0].form,
+                         **{key: _summary(torch.cat(values)) for key, values in pooled.items()}})
     return rows
 
 
@@ -111,8 +186,14 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="write the rows as JSON here (default: print them)")
     parser.add_argument("--n", type=int, default=256)
     parser.add_argument("--sets", type=int, default=4)
+    parser.add_argument("--trained", nargs="+", type=Path, metavar="RUN_DIR",
+                        help="the keys of these trained magnitude runs instead of the synthetic families")
     args = parser.parse_args(argv)
-    text = json.dumps(run(n=args.n, n_sets=args.sets), indent=1)
+    if args.trained:
+        rows = [row for run_dir in args.trained for row in trained_rows(run_dir, n_sets=args.sets)]
+    else:
+        rows = run(n=args.n, n_sets=args.sets)
+    text = json.dumps(rows, indent=1)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
