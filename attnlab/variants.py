@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from .attention_config import AttentionConfig
 from .errors import unknown_name
 from .functional.magnitude import PRIOR_FLOOR
+from .functional.magnitude_lowrank import EPS as LOWRANK_EPS
+from .functional.magnitude_lowrank import RANK as LOWRANK_RANK
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,25 @@ register(
     notes=f"p_ij ~ max(M_ij, {PRIOR_FLOOR:g}) exp(z_ij): m exact clones count as one key (m/(m+eps)), so in the seed's example "
           "(one key with e^z = 20, 50 clones with e^z = 1) the unique key gets 20/21 instead of 20/70. Per-(i, j) "
           "float mask on SDPA (narrowly faster than the explicit path at T = 256 on CPU); O(T^3) per head for M.",
+)
+register(
+    "magnitude-causal-lowrank", "magnitude-gated values, per key, low-rank solver: Z ~ Phi Phi' + D with Nystrom features "
+    "against r = 32 learned landmarks per K/V head, every prefix solved chunk by chunk in O(T r^2); eps = 0.1",
+    "seed 000 (magnitude attention), causal form; Nystrom: Williams and Seeger 2001; issue 16",
+    magnitude="causal", magnitude_solver="lowrank", magnitude_rank=LOWRANK_RANK, magnitude_eps=LOWRANK_EPS,
+    notes="near-linear in T (the exact causal form is O(T^3) per head) and keeps SDPA; an approximation of "
+          "magnitude-causal only where the landmarks sit among the keys and eps is large (docs/magnitude.md#the-low-rank-"
+          "solver, docs/studies/magnitude-long.md): at eps = 1e-3 its weights of trained keys are off by as much as "
+          "their size. Needs block_size >= r.",
+)
+register(
+    "magnitude-prefix-logits-lowrank", "magnitude-prefix-logits with the low-rank solver: softmax(z_ij + log max(M_ij, "
+    "floor)), M_ij from Phi Phi' + D against r = 32 learned landmarks per K/V head; eps = 0.1",
+    "seed 000 (magnitude attention), prefix form as a logit prior; Nystrom: Williams and Seeger 2001; issue 16",
+    magnitude="prefix", magnitude_apply="logits", magnitude_solver="lowrank", magnitude_rank=LOWRANK_RANK,
+    magnitude_eps=LOWRANK_EPS,
+    notes="M_ij = (1 - phi_j' c_i) / lambda_j, c_i the r-vector of query i's prefix (docs/magnitude.md#the-low-rank-"
+          "solver): O(T r^2) for the solve, O(T^2 r) for M. The hijack experiment's low-rank row. Needs block_size >= r.",
 )
 # Seed 001's six steps from "just correlation" to attention (step 4 is `standard`), then QK-norm, low rank, MLA.
 register(

@@ -16,7 +16,8 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
   (:func:`attnlab.experiments.hijack_report.hijack_summary`);
 - ``HIJACK-PROTOCOL:<fixed>:<prefix>``: the runs in ``results/<fixed>`` against the same variants in the parts
   ``results/<prefix>-1``, ``-2``, ... (:func:`attnlab.experiments.hijack_report.hijack_protocol`);
-- ``LOWRANK-ERROR:<dir>``: the low-rank magnitude solver's error table from ``results/<dir>/error.json``
+- ``LOWRANK-ERROR:<dir>[:<stem>]``: the low-rank magnitude solver's error table from ``results/<dir>/error.json``
+  (or ``<stem>.json``)
   (:func:`attnlab.experiments.lowrank_error.error_table`);
 - ``BENCH-LONG:<dir>``: the rows of ``benchmarks/magnitude.py --long`` saved in ``results/<dir>/bench_long.json``.
 
@@ -258,7 +259,8 @@ def render(name: str, page: Path) -> str | None:
 
         from attnlab.experiments.lowrank_error import error_table
 
-        return error_table(json.loads((ROOT / "results" / name.split(":", 1)[1] / "error.json").read_text()))
+        folder, _, stem = name.split(":", 1)[1].partition(":")
+        return error_table(json.loads((ROOT / "results" / folder / f"{stem or 'error'}.json").read_text()))
     return None
 
 

@@ -82,10 +82,22 @@ def max_leak(model: GPT, positions=(0, 3, 8, 14)) -> float:
     return worst
 
 
+def fit_rank(attention, block_size: int):
+    """attention (a variant name or an AttentionConfig) with a low-rank solver's rank cut to block_size, so that the
+    registered low-rank variants (r = 32) build at the small contexts of the tests; anything else unchanged."""
+    from attnlab import AttentionConfig, get_variant
+
+    cfg = get_variant(attention) if isinstance(attention, str) else attention
+    if isinstance(cfg, AttentionConfig) and cfg.magnitude_solver == "lowrank" and cfg.magnitude_rank > block_size:
+        return cfg.replace(magnitude_rank=block_size)
+    return attention
+
+
 def build(attention, pos="learned", **kw) -> GPT:
+    """The leak check's model (T = 16); a low-rank variant gets r = 16 (:func:`fit_rank`)."""
     torch.manual_seed(0)
     return GPT(GPTConfig(vocab_size=VOCAB, block_size=T, n_layer=2, n_head=4, n_embd=32,
-                         attention=attention, pos_encoding=pos, **kw))
+                         attention=fit_rank(attention, T), pos_encoding=pos, **kw))
 
 
 def one_line_error(fn, *patterns):

@@ -324,7 +324,7 @@ def test_trained_rows_read_each_gate_s_keys_t_and_landmarks(tmp_path):
         with torch.no_grad():
             torch.testing.assert_close(gate(k), out, rtol=0, atol=0)
 
-    rows = trained_rows(tmp_path / "run", ranks=(4,), n_sets=1)
+    rows = trained_rows(tmp_path / "run", ranks=(4,), epss=(gates[0].eps,), n_sets=1)
     assert [r["landmarks"] for r in rows] == ["init", "sampled", "trained"]
     row = rows[-1]
     from attnlab.data import prepare

@@ -28,7 +28,9 @@ SIZES = {
                      {"n_pairs": 6, "n_keys": 12, "n_values": 12, "noise_vocab": 8, "n_noise": 8, "seq_len": 32,
                       "balanced": True},
                      {"n_pairs": 6, "n_keys": 12, "n_values": 12, "noise_vocab": 8, "n_noise": 8, "seq_len": 32,
-                      "balanced": True, "bindings_first": True}, {"n_pairs": 3, "seq_len": 20, "n_noise": 4, "bindings_first": True}],
+                      "balanced": True, "bindings_first": True}, {"n_pairs": 3, "seq_len": 20, "n_noise": 4, "bindings_first": True},
+                     {"n_pairs": 6, "n_keys": 12, "n_values": 12, "noise_vocab": 8, "n_noise": 9, "seq_len": 32,
+                      "aligned_noise": True}, {"n_pairs": 2, "n_noise": 4, "seq_len": 12, "aligned_noise": True}],
     "hijack": [{}, Hijack.tiny_params, {"m": 0, "m_max": 64}, {"m": 65},
                {"n_marked": 1, "n_keys": 2, "n_queries": 1, "seq_len": 6},
                {"n_marked": 3, "n_queries": 1, "m": 1, "m_max": 4, "seq_len": 21},
@@ -440,6 +442,21 @@ def test_noisy_recall_bindings_first_binds_every_key_once_then_asks(balanced):
     assert noise_inside > 200  # the noise is not only in the query region
 
 
+@pytest.mark.parametrize("seq_len,n_noise", [(32, 9), (31, 8), (12, 4)])
+def test_noisy_recall_aligned_noise_keeps_every_key_at_an_even_position(seq_len, n_noise):
+    """aligned_noise=true (MAD's layout), read by the parser: noise comes in runs of two tokens (one odd token at the
+    very end), so every key sits at an even position; the noise count is n_noise (x misses the stream's last
+    token, which may be noise)."""
+    task = get_task("noisy-recall", {"n_pairs": 2, "n_keys": 4, "n_values": 4, "noise_vocab": 3, "n_noise": n_noise,
+                                     "seq_len": seq_len, "aligned_noise": True})
+    x, _ = task.sample(200, np.random.default_rng(6))
+    for row in x:
+        parse_noisy_recall(task, row)
+        assert (np.flatnonzero(row < task.n_keys) % 2 == 0).all()
+        noise = int((row >= task.n_keys + task.n_values).sum())  # the stream's last token is not in x
+        assert noise in (n_noise, n_noise - 1), noise
+
+
 def _most_frequent_value_accuracy(task: NoisyRecall, n: int, seed: int) -> tuple[float, float]:
     """(accuracy, its standard error) of the predictor that answers, at each answer position, the value token seen
     most often so far in the sequence (ties to the smallest id), with the answers found by the independent parser.
@@ -511,6 +528,7 @@ BAD = [
     ("hijack", {"packed": 1, "neutral": False}, "hijack: packed=1 is not allowed; choose true or false"),
     ("noisy-recall", {"balanced": "yes"}, "noisy-recall: balanced='yes' is not allowed; choose true or false"),
     ("noisy-recall", {"bindings_first": 1}, "noisy-recall: bindings_first=1 is not allowed; choose true or false"),
+    ("noisy-recall", {"aligned_noise": "no"}, "noisy-recall: aligned_noise='no' is not allowed; choose true or false"),
     ("hijack", {"n_marked": 0}, "data.task.n_marked=0 is out of range; allowed 1..32"),
     ("hijack", {"n_keys": 1}, "data.task.n_keys=1 is out of range; allowed >= 2"),
     ("hijack", {"n_queries": 9}, "data.task.n_queries=9 is out of range; allowed 1..8"),

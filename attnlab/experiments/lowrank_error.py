@@ -128,10 +128,23 @@ def gate_keys(model, x: torch.Tensor) -> list[torch.Tensor]:
     return keys
 
 
-def trained_rows(run_dir, ranks=(16, 32, 64, 128), n_sets: int = 4, seed: int = 0, chunk: int = 64) -> list[dict]:
+def _landmarks(placement: str, gate, pool: torch.Tensor, n_sets: int, r: int, g: torch.Generator) -> torch.Tensor:
+    """[n_sets, H, r, d] float64 landmarks for one gate: ``init`` draws, r keys of ``pool`` [S, H, n, d] (other
+    windows at the same gate), or the gate's own trained ones."""
+    if placement == "init":
+        return LANDMARK_INIT_STD * torch.randn(n_sets, *pool.shape[1:2], r, pool.shape[-1], generator=g,
+                                               dtype=torch.float64)
+    if placement == "sampled":
+        return pool[:n_sets, :, torch.randperm(pool.shape[-2], generator=g)[:r]].double()
+    return gate.landmarks.detach().double()[None].expand(n_sets, -1, -1, -1)
+
+
+def trained_rows(run_dir, ranks=(16, 32, 64, 128), epss=(1e-3, 1e-2, 1e-1), n_sets: int = 4, seed: int = 0,
+                 chunk: int = 64) -> list[dict]:
     """Rows like :func:`run` for the keys of a trained run (module docstring): the first ``n_sets`` validation
     windows of block_size tokens; ``sampled`` landmarks from the next windows. Each gate is solved at its learned
-    t and the run's eps; the errors of all layers and heads are pooled."""
+    t and at each eps (the run was trained at its own; the others show what a larger eps would buy); the errors of
+    all layers and heads are pooled."""
     model, _, cfg = load_run(run_dir)
     data = prepare(cfg.data)
     n = cfg.model.block_size
@@ -147,24 +160,17 @@ def trained_rows(run_dir, ranks=(16, 32, 64, 128), n_sets: int = 4, seed: int = 
     rows = []
     for r, names in sorted(placements.items()):
         for placement in names:
-            pooled: dict[str, list] = {}
-            for gate, k in zip(gates, keys):
-                mine, pool = k[:n_sets].double(), k[n_sets:].double()  # [S, H, n, d]
-                if placement == "init":
-                    landmarks = LANDMARK_INIT_STD * torch.randn(*mine.shape[:2], r, mine.shape[-1], generator=g,
-                                                                dtype=torch.float64)
-                elif placement == "sampled":
-                    pick = torch.randperm(n, generator=g)[:r]
-                    landmarks = pool[:, :, pick]
-                else:
-                    landmarks = gate.landmarks.detach().double()[None].expand(n_sets, -1, -1, -1)
-                for key, value in _errors(mine, landmarks, float(gate.t.detach()), gate.eps, chunk).items():
-                    pooled.setdefault(key, []).append(value)
-            rows.append({"family": f"trained ({Path(run_dir).name})", "landmarks": placement, "rank": r,
-                         "eps": gates[0].eps, "n": n, "d": keys[0].shape[-1], "layers": len(gates),
-                         "t": [round(float(gate.t.detach()), 4) for gate in gates], "run": Path(run_dir).name,
-                         "solver": gates[0].solver, "form": gates[0].form,
-                         **{key: _summary(torch.cat(values)) for key, values in pooled.items()}})
+            landmarks = [_landmarks(placement, gate, k[n_sets:], n_sets, r, g) for gate, k in zip(gates, keys)]
+            for eps in epss:
+                pooled: dict[str, list] = {}
+                for gate, k, marks in zip(gates, keys, landmarks):
+                    for key, value in _errors(k[:n_sets], marks, float(gate.t.detach()), eps, chunk).items():
+                        pooled.setdefault(key, []).append(value)
+                rows.append({"family": f"trained ({Path(run_dir).name})", "landmarks": placement, "rank": r,
+                             "eps": eps, "trained_eps": gates[0].eps, "n": n, "d": keys[0].shape[-1],
+                             "layers": len(gates), "t": [round(float(gate.t.detach()), 4) for gate in gates],
+                             "run": Path(run_dir).name, "solver": gates[0].solver, "form": gates[0].form,
+                             **{key: _summary(torch.cat(values)) for key, values in pooled.items()}})
     return rows
 
 

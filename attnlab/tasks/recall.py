@@ -152,7 +152,7 @@ class NoisyRecall(Task):
     Example (``NoisyRecall.tiny().example()``)::
 
         >>> print(NoisyRecall.tiny().example())
-        noisy-recall(n_pairs=2, n_keys=3, n_values=4, noise_vocab=2, n_noise=4, seq_len=16, balanced=False, bindings_first=False); chance 0.2500
+        noisy-recall(n_pairs=2, n_keys=3, n_values=4, noise_vocab=2, n_noise=4, seq_len=16, balanced=False, aligned_noise=False, bindings_first=False); chance 0.2500
         x k1 v0 k2 v0 n0 n0 n1 k1 v0 k2 v0 n0 k2 v0 n1 k2
         y -  -  -  -  -  -  -  v0 -  v0 -  -  v0 -  -  v0
     """
@@ -177,6 +177,9 @@ class NoisyRecall(Task):
     balanced: bool = False
     """Draw the stream's keys so that every dictionary key occurs equally often (n_stream_pairs // n_pairs times,
     some once more), in random order, instead of each independently and uniformly (MAD's draw)."""
+    aligned_noise: bool = False
+    """Noise comes in runs of two tokens in the places of pairs, so every key sits at an even position (MAD's
+    layout; one odd noise token, if any, goes last) instead of single noise tokens anywhere between pairs."""
     bindings_first: bool = False
     """The first n_pairs pairs bind every dictionary key once; the later pairs are all queries (mqar's order with
     noise between the tokens), instead of every pair drawing its key from the dictionary (MAD's stream)."""
@@ -194,6 +197,7 @@ class NoisyRecall(Task):
                   f"tokens beside the noise")
         check_bool("noisy-recall", "balanced", self.balanced)
         check_bool("noisy-recall", "bindings_first", self.bindings_first)
+        check_bool("noisy-recall", "aligned_noise", self.aligned_noise)
 
     @property
     def n_stream_pairs(self) -> int:
@@ -218,14 +222,15 @@ class NoisyRecall(Task):
 
     def _stream(self, n, rng):
         total, pairs = self.seq_len + 1, self.n_stream_pairs
-        noise = total - 2 * pairs
+        span = 2 if self.aligned_noise else 1  # tokens per noise unit
+        noise = (total - 2 * pairs) // span  # noise units (aligned: an odd token left over goes last)
         units = pairs + noise
         keys = distinct(rng, n, self.n_keys, self.n_pairs)
         values = rng.integers(0, self.n_values, size=(n, self.n_pairs)) + self.n_keys
         is_noise = np.zeros((n, units), dtype=bool)
         np.put_along_axis(is_noise, distinct(rng, n, units, noise), True, axis=1)
         which = rng.integers(0, self.n_pairs, size=(n, units))  # the dictionary entry of each pair unit
-        noise_tok = rng.integers(0, self.noise_vocab, size=(n, units)) + self.n_keys + self.n_values
+        noise_tok = rng.integers(0, self.noise_vocab, size=(n, units, span)) + self.n_keys + self.n_values
         if self.balanced:  # each entry pairs // n_pairs times, or once more, in random order
             entries = np.resize(np.arange(self.n_pairs), pairs)[np.argsort(rng.random((n, pairs)), axis=1)]
             which[~is_noise] = entries.ravel()  # row-major: each row has exactly `pairs` pair units
@@ -236,11 +241,14 @@ class NoisyRecall(Task):
             entries = np.concatenate([distinct(rng, n, self.n_pairs, self.n_pairs), queries], axis=1)
             which[~is_noise] = entries.ravel()
 
-        length = np.where(is_noise, 1, 2)
+        length = np.where(is_noise, span, 2)
         start = np.cumsum(length, axis=1) - length
         rows = np.broadcast_to(np.arange(n)[:, None], (n, units))
         stream = np.zeros((n, total), dtype=np.int64)
-        stream[rows[is_noise], start[is_noise]] = noise_tok[is_noise]
+        for s in range(span):
+            stream[rows[is_noise], start[is_noise] + s] = noise_tok[..., s][is_noise]
+        if span * noise + 2 * pairs < total:  # the odd token left over by aligned noise
+            stream[:, -1] = rng.integers(0, self.noise_vocab, size=n) + self.n_keys + self.n_values
         pair = ~is_noise
         stream[rows[pair], start[pair]] = np.take_along_axis(keys, which, axis=1)[pair]
         stream[rows[pair], start[pair] + 1] = np.take_along_axis(values, which, axis=1)[pair]
