@@ -75,6 +75,8 @@ def test_recall_parts_train_every_registered_variant_on_their_task():
 HIJACK_VARIANTS = {"standard", "qk-norm", "rbf", "magnitude-causal", "magnitude-prefix", "magnitude-causal-linear",
                    "magnitude-prefix-linear", "magnitude-causal-logits", "magnitude-prefix-logits"}
 
+LOWRANK_ROW = {"standard", "magnitude-causal-lowrank", "magnitude-prefix-logits-lowrank"}
+
 
 def test_hijack_parts_train_issue_15s_nine_variants_at_m_0_and_sweep_m():
     """Issue 15 item 5: hijack is standard, qk-norm, rbf, the magnitude forms with both gates and the two logits
@@ -94,19 +96,21 @@ def test_hijack_parts_train_issue_15s_nine_variants_at_m_0_and_sweep_m():
 
 
 def test_hijack_with_clusters_in_training_differs_from_hijack_1_only_in_m():
-    """The issue's mixed-m protocol (hijack-mixed-1/-2: m drawn per sequence from 0..8, the 9 variants, 3 seeds) and
-    its fixed-m check (hijack-fixed: m = 4, every variant, one seed) change the training clusters and nothing else,
+    """The issue's mixed-m protocol (hijack-mixed-1/-2: m drawn per sequence from 0..8, the 9 variants, 3 seeds; -3:
+    issue 16's low-rank row) and its fixed-m check (hijack-fixed: m = 4, every variant, one seed) change the training clusters and nothing else,
     so their sweeps compare with hijack-1/-2's at the same m."""
     from attnlab.tasks import get_task
 
     names = [n for n in experiment_names() if n.startswith("hijack-")]
-    assert sorted(names) == ["hijack-1", "hijack-2", "hijack-fixed", "hijack-mixed-1", "hijack-mixed-2"]
+    assert sorted(names) == ["hijack-1", "hijack-2", "hijack-fixed", "hijack-mixed-1", "hijack-mixed-2",
+                             "hijack-mixed-3"]
     reference = load_experiment("hijack-1").base_config()
-    mixed = [load_experiment(n) for n in ("hijack-mixed-1", "hijack-mixed-2")]
+    mixed = [load_experiment(n) for n in ("hijack-mixed-1", "hijack-mixed-2", "hijack-mixed-3")]
     fixed = load_experiment("hijack-fixed")
-    assert {v for exp in mixed for v in exp.variants} == set(fixed.variants) == HIJACK_VARIANTS
-    assert [exp.seeds for exp in mixed] == [[0, 1, 2]] * 2 and fixed.seeds == [0]
-    for exp, (m, m_max) in [(mixed[0], (0, 8)), (mixed[1], (0, 8)), (fixed, (4, None))]:
+    assert {v for exp in mixed[:2] for v in exp.variants} == set(fixed.variants) == HIJACK_VARIANTS
+    assert set(mixed[2].variants) == LOWRANK_ROW  # issue 16: the low-rank row, beside the baseline
+    assert [exp.seeds for exp in mixed] == [[0, 1, 2]] * 3 and fixed.seeds == [0]
+    for exp, (m, m_max) in [(mixed[0], (0, 8)), (mixed[1], (0, 8)), (mixed[2], (0, 8)), (fixed, (4, None))]:
         base = exp.base_config()
         assert exp.variants[0] == "standard"
         task = get_task("hijack", base.data.task)

@@ -30,7 +30,9 @@ SIZES = {
                      {"n_pairs": 6, "n_keys": 12, "n_values": 12, "noise_vocab": 8, "n_noise": 8, "seq_len": 32,
                       "balanced": True, "bindings_first": True}, {"n_pairs": 3, "seq_len": 20, "n_noise": 4, "bindings_first": True},
                      {"n_pairs": 6, "n_keys": 12, "n_values": 12, "noise_vocab": 8, "n_noise": 9, "seq_len": 32,
-                      "aligned_noise": True}, {"n_pairs": 2, "n_noise": 4, "seq_len": 12, "aligned_noise": True}],
+                      "aligned_noise": True}, {"n_pairs": 2, "n_noise": 4, "seq_len": 12, "aligned_noise": True},
+                     {"n_pairs": 6, "n_keys": 12, "n_values": 12, "noise_vocab": 8, "n_noise": 0, "n_noise_max": 8,
+                      "seq_len": 32, "balanced": True, "bindings_first": True}],
     "hijack": [{}, Hijack.tiny_params, {"m": 0, "m_max": 64}, {"m": 65},
                {"n_marked": 1, "n_keys": 2, "n_queries": 1, "seq_len": 6},
                {"n_marked": 3, "n_queries": 1, "m": 1, "m_max": 4, "seq_len": 21},
@@ -457,6 +459,24 @@ def test_noisy_recall_aligned_noise_keeps_every_key_at_an_even_position(seq_len,
         assert noise in (n_noise, n_noise - 1), noise
 
 
+def test_noisy_recall_draws_each_sequence_s_noise_count_when_n_noise_max_is_set():
+    """n_noise_max: counted by the parser, the noise per sequence (x plus the stream's unseen last token, so count
+    x's and allow one more) follows n_noise..n_noise_max drawn uniformly, and every row parses."""
+    task = get_task("noisy-recall", {"n_pairs": 6, "n_keys": 12, "n_values": 12, "noise_vocab": 8, "n_noise": 2,
+                                     "n_noise_max": 7, "seq_len": 32, "balanced": True, "bindings_first": True})
+    x, _ = task.sample(3000, np.random.default_rng(8))
+    noise = (x >= task.n_keys + task.n_values).sum(1)
+    for row in x[:300]:
+        parse_noisy_recall(task, row)
+    # levels 2..7 give the stream 3, 3, 5, 5, 7, 7 noise tokens (33 tokens: an odd count); x may miss the last one
+    in_stream = {lvl: 33 - 2 * ((33 - lvl) // 2) for lvl in range(2, 8)}
+    assert set(noise) <= {v - d for v in in_stream.values() for d in (0, 1)}
+    share = {v: np.isin(noise, [v, v - 1]).mean() for v in (3, 5, 7)}
+    assert all(abs(f - 1 / 3) < 0.04 for f in share.values()), share  # 4.5 binomial standard errors of 3000
+    fixed, _ = task.replace(n_noise_max=None).sample(500, np.random.default_rng(8))
+    assert set((fixed >= task.n_keys + task.n_values).sum(1)) <= {1, 2, 3}
+
+
 def _most_frequent_value_accuracy(task: NoisyRecall, n: int, seed: int) -> tuple[float, float]:
     """(accuracy, its standard error) of the predictor that answers, at each answer position, the value token seen
     most often so far in the sequence (ties to the smallest id), with the answers found by the independent parser.
@@ -528,6 +548,7 @@ BAD = [
     ("hijack", {"packed": 1, "neutral": False}, "hijack: packed=1 is not allowed; choose true or false"),
     ("noisy-recall", {"balanced": "yes"}, "noisy-recall: balanced='yes' is not allowed; choose true or false"),
     ("noisy-recall", {"bindings_first": 1}, "noisy-recall: bindings_first=1 is not allowed; choose true or false"),
+    ("noisy-recall", {"n_noise": 4, "n_noise_max": 3}, "data.task.n_noise_max=3 is out of range; allowed 4..47"),
     ("noisy-recall", {"aligned_noise": "no"}, "noisy-recall: aligned_noise='no' is not allowed; choose true or false"),
     ("hijack", {"n_marked": 0}, "data.task.n_marked=0 is out of range; allowed 1..32"),
     ("hijack", {"n_keys": 1}, "data.task.n_keys=1 is out of range; allowed >= 2"),

@@ -152,7 +152,7 @@ class NoisyRecall(Task):
     Example (``NoisyRecall.tiny().example()``)::
 
         >>> print(NoisyRecall.tiny().example())
-        noisy-recall(n_pairs=2, n_keys=3, n_values=4, noise_vocab=2, n_noise=4, seq_len=16, balanced=False, aligned_noise=False, bindings_first=False); chance 0.2500
+        noisy-recall(n_pairs=2, n_keys=3, n_values=4, noise_vocab=2, n_noise=4, n_noise_max=None, seq_len=16, balanced=False, aligned_noise=False, bindings_first=False); chance 0.2500
         x k1 v0 k2 v0 n0 n0 n1 k1 v0 k2 v0 n0 k2 v0 n1 k2
         y -  -  -  -  -  -  -  v0 -  v0 -  -  v0 -  -  v0
     """
@@ -172,6 +172,8 @@ class NoisyRecall(Task):
     """Distinct noise tokens in the vocabulary."""
     n_noise: int = 16
     """Noise tokens per sequence (one more when needed to make the pairs fill seq_len + 1 exactly)."""
+    n_noise_max: int | None = None
+    """If set, each sequence draws its own noise count uniformly from n_noise..n_noise_max (as hijack's m_max)."""
     seq_len: int = 64
     """T, the tokens of x and of y."""
     balanced: bool = False
@@ -195,6 +197,10 @@ class NoisyRecall(Task):
         check_int("n_noise", self.n_noise, 0, self.seq_len - 1 - 2 * self.n_pairs,
                   f"at least n_pairs + 1 = {self.n_pairs + 1} pairs must fit in seq_len + 1 = {self.seq_len + 1} "
                   f"tokens beside the noise")
+        if self.n_noise_max is not None:
+            check_int("n_noise_max", self.n_noise_max, self.n_noise, self.seq_len - 1 - 2 * self.n_pairs,
+                      f"at least n_noise = {self.n_noise}, and n_pairs + 1 = {self.n_pairs + 1} pairs must fit in "
+                      f"seq_len + 1 = {self.seq_len + 1} tokens beside the noise")
         check_bool("noisy-recall", "balanced", self.balanced)
         check_bool("noisy-recall", "bindings_first", self.bindings_first)
         check_bool("noisy-recall", "aligned_noise", self.aligned_noise)
@@ -221,6 +227,14 @@ class NoisyRecall(Task):
         return 1.0 / self.n_values
 
     def _stream(self, n, rng):
+        if self.n_noise_max is not None:  # each sequence its own noise count: generate each count's rows apart
+            levels = rng.integers(self.n_noise, self.n_noise_max + 1, size=n)
+            stream = np.zeros((n, self.seq_len + 1), dtype=np.int64)
+            answer = np.zeros((n, self.seq_len), dtype=bool)
+            for level in np.unique(levels):
+                rows = np.flatnonzero(levels == level)
+                stream[rows], answer[rows] = self.replace(n_noise=int(level), n_noise_max=None)._stream(len(rows), rng)
+            return stream, answer
         total, pairs = self.seq_len + 1, self.n_stream_pairs
         span = 2 if self.aligned_noise else 1  # tokens per noise unit
         noise = (total - 2 * pairs) // span  # noise units (aligned: an odd token left over goes last)
