@@ -260,3 +260,45 @@ def test_ci_runs_the_readme_test_command_and_builds_the_docs():
                  'pip install -e ".[docs]"', "mkdocs build --strict"):
         assert step in ci
     assert "docs = [" in (ROOT / "pyproject.toml").read_text()
+
+
+def test_magnitude_long_trained_key_claims_are_the_results():
+    """docs/studies/magnitude-long.md's prose on the trained keys quotes results/magnitude-lowrank: each number
+    is recomputed here from error_trained.json and the runs' summaries (rounded as the page rounds it)."""
+    import json
+
+    page = (ROOT / "docs" / "studies" / "magnitude-long.md").read_text()
+    results = ROOT / "results" / "magnitude-lowrank"
+    rows = json.loads((results / "error_trained.json").read_text())
+
+    def row(run, landmarks, r, eps):
+        (hit,) = [x for x in rows if x["run"] == run and x["landmarks"] == landmarks and x["rank"] == r
+                  and x["eps"] == eps]
+        return hit
+
+    def med(run, landmarks, r, eps, key="w", digits=2):
+        return f"{row(run, landmarks, r, eps)[key]['median']:.{digits}f}"
+
+    def span(values, digits=2):
+        texts = sorted({f"{v:.{digits}f}" for v in values}, key=float)
+        return f"{texts[0]}-{texts[-1]}" if len(texts) > 1 else texts[0]
+
+    runs = ("keys-exact", "keys-lowrank")
+    losses = [json.loads((results / r / "summary.json").read_text())["final_val_loss"] for r in runs]
+    claims = [
+        f"validation loss {losses[0]:.2f} and {losses[1]:.2f}",
+        f"learned t ({span([t for x in rows if x['rank'] == 16 and x['eps'] == 1e-3 and x['landmarks'] == 'init' for t in x['t']])})",
+        f"(median {med('keys-exact', 'init', 32, 1e-3, 'w_exact')}, max {row('keys-exact', 'init', 32, 1e-3)['w_exact']['max']:.1f})",
+        f"median {med('keys-exact', 'init', 32, 1e-3)} at r = 32 with the initial landmarks, "
+        f"{med('keys-exact', 'sampled', 32, 1e-3)} with sampled ones",
+        f"still {med('keys-exact', 'sampled', 128, 1e-3)} at r = 128",
+        f"error of {med('keys-lowrank', 'trained', 32, 1e-3)} at eps = 1e-3",
+        f"initial N(0, 0.5^2) draw ({med('keys-lowrank', 'init', 32, 1e-3)})",
+        f"falls to {span([float(med(r, 'sampled', 32, 0.1, digits=3)) for r in runs], 3)} (weights of median "
+        f"{span([float(med(r, 'sampled', 32, 0.1, 'w_exact')) for r in runs])})",
+        f"to {span([float(med(r, 'sampled', 64, 0.1, digits=3)) for r in runs], 3)} at r = 64",
+        f"stays at {span([float(med(r, 'init', 32, 0.1)) for r in runs])}",
+    ]
+    flat = " ".join(page.split())
+    for claim in claims:
+        assert claim in flat, claim
