@@ -154,7 +154,7 @@ def trained_rows(run_dir, ranks=(16, 32, 64, 128), epss=(1e-3, 1e-2, 1e-1), n_se
                           f"{2 * n_sets} are needed (use fewer sets)")
     gates, keys = magnitude_gates(model), gate_keys(model, x)
     g = torch.Generator().manual_seed(seed)
-    placements = {r: ["init", "sampled"] for r in ranks}
+    placements = {r: list(LANDMARKS) for r in ranks}
     if getattr(gates[0], "landmarks", None) is not None:
         placements.setdefault(gates[0].landmarks.shape[-2], []).append("trained")
     rows = []
