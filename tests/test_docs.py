@@ -302,3 +302,25 @@ def test_magnitude_long_trained_key_claims_are_the_results():
     flat = " ".join(page.split())
     for claim in claims:
         assert claim in flat, claim
+
+
+def test_magnitude_long_training_prose_is_the_results():
+    """docs/studies/magnitude-long.md's prose on the T = 1024 comparison: the loss curve points and the speed ratios
+    are recomputed from results/magnitude-long (metrics.jsonl and the summaries)."""
+    import json
+
+    from attnlab.rundir import read_metrics
+
+    page = " ".join((ROOT / "docs" / "studies" / "magnitude-long.md").read_text().split())
+    results = ROOT / "results" / "magnitude-long"
+    evals = {r["step"]: r["val_loss"] for r in read_metrics(results / "standard" / "seed0") if r["val_loss"] is not None}
+    assert f"from {evals[100]:.4f} at step 100 to {evals[500]:.4f} at step 500" in page
+    finals = [json.loads(f.read_text())["final_val_loss"] for f in results.glob("*/seed*/summary.json")]
+    assert len(finals) == 9 and f"between {min(finals):.4f} and {max(finals):.4f}" in page
+
+    def speed(variant):
+        runs = [json.loads(f.read_text())["tokens_per_s"] for f in (results / variant).glob("seed*/summary.json")]
+        return sum(runs) / len(runs)
+
+    low, exact, std = speed("magnitude-causal-lowrank"), speed("magnitude-causal"), speed("standard")
+    assert f"at {low / exact:.1f}x the exact form's speed" in page and f"so {low / std:.2f}x of it" in page
