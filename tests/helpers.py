@@ -25,15 +25,20 @@ LEAK_TOL = 1e-6  # float64: only rounding (~1e-15) may differ; the bound is the 
 
 
 def attention_ref(q, k, v, *, causal=False, scale=None, temperature=1.0, kernel="dot", normalizer="softmax",
-                  mask_form="additive"):
+                  mask_form="additive", attn_mask=None):
     """o_i = sum_j p_ij v_j for every batch b and head h, one query row at a time.
 
-    q [B, H, T, d], k/v [B, Hkv, S, d]; head h reads K/V head h // (H / Hkv).
+    q [B, H, T, d], k/v [B, Hkv, S, d]; head h reads K/V head h // (H / Hkv). Causal: query i sits at position
+    S - T + i. attn_mask (broadcast to [B, H, T, S]): boolean, key j hidden from query i where False, or float,
+    added to z (-inf hides). A query that sees no key gets p = 0.
     Returns (out [B, H, T, dv], weights [B, H, T, S]) as float64 numpy arrays.
     """
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
     b_, h_, t_, d = q.shape
     s_ = k.shape[2]
+    mask = None if attn_mask is None else np.broadcast_to(np.asarray(attn_mask), (b_, h_, t_, s_))
+    allowed = np.ones((b_, h_, t_, s_), dtype=bool) if mask is None else (mask if mask.dtype == bool else mask > -np.inf)
+    bias = np.zeros((b_, h_, t_, s_)) if mask is None or mask.dtype == bool else np.where(allowed, mask, 0.0)
     group = h_ // k.shape[1]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     out = np.zeros((b_, h_, t_, v.shape[-1]))
@@ -46,11 +51,15 @@ def attention_ref(q, k, v, *, causal=False, scale=None, temperature=1.0, kernel=
                     z = np.array([q[b, h, i] @ kh[j] for j in range(s_)]) * scale / temperature
                 else:  # Gaussian kernel exp(-||q-k||^2 / (2 sigma^2)), sigma^2 = T / scale
                     z = np.array([-np.sum((q[b, h, i] - kh[j]) ** 2) for j in range(s_)]) * scale / (2 * temperature)
-                visible = np.arange(s_) <= i if causal else np.ones(s_, dtype=bool)
-                if normalizer == "softmax":
+                z = z + bias[b, h, i]
+                ok = allowed[b, h, i]
+                visible = (np.arange(s_) <= s_ - t_ + i if causal else np.ones(s_, dtype=bool)) & ok
+                if not visible.any():
+                    p = np.zeros(s_)
+                elif normalizer == "softmax":
                     if causal and mask_form == "renormalize":
-                        a = np.exp(z - z.max())
-                        a /= a.sum()  # A = softmax(z) over every key
+                        a = np.where(ok, np.exp(z - z[ok].max()), 0.0)
+                        a /= a.sum()  # A = softmax(z) over every key the mask leaves
                         p = np.where(visible, a, 0.0) / a[visible].sum()  # Mask(A)
                     else:
                         e = np.where(visible, np.exp(z - z[visible].max()), 0.0)

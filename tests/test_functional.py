@@ -126,7 +126,64 @@ def test_shape_errors_are_clear():
     with pytest.raises(ValueError, match="multiple of key/value heads"):
         attention(q, k, v)
     q, k, v = qkv()
-    with pytest.raises(ValueError, match="as many queries as keys"):
-        attention(q[:, :, :3], k, v, causal=True)
+    with pytest.raises(ValueError, match="at least as many keys as queries"):
+        attention(q, k[:, :, :3], v[:, :, :3], causal=True)
+    with pytest.raises(ValueError, match=r"does not broadcast to \[B, H, T, S\]"):
+        attention(q, k, v, attn_mask=torch.ones(3, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="boolean or float tensor"):
+        attention(q, k, v, attn_mask=torch.ones(q.shape[2], k.shape[2], dtype=torch.long))
+    with pytest.raises(ValueError, match="float attn_mask needs normalizer='softmax'"):
+        attention(q, k, v, normalizer="none", attn_mask=torch.zeros(q.shape[2], k.shape[2]))
     with pytest.raises(ValueError, match="backend='sdpa' cannot"):
         attention(q, k, v, normalizer="none", backend="sdpa")
+
+
+def _masks(b, t, s):
+    """Three masks over [B, H, T, S]: left padding (boolean, per key), a float bias with -inf holes, and a boolean
+    mask under which query 0 of batch 0 sees no key at all."""
+    g = torch.Generator().manual_seed(3)
+    pad = torch.ones(b, 1, 1, s, dtype=torch.bool)
+    pad[0, ..., :2] = False  # sequence 0 is left-padded by two tokens
+    bias = torch.randn(b, 1, t, s, generator=g, dtype=torch.float64)
+    bias[1, 0, :, 1] = float("-inf")
+    blind = torch.rand(b, 1, t, s, generator=g) > 0.3
+    blind[0, 0, 0] = False
+    return {"padding": pad, "float": bias, "blind-row": blind}
+
+
+@pytest.mark.parametrize("opts", COMBOS, ids=lambda o: "-".join(str(v) for v in o.values()))
+@pytest.mark.parametrize("mask", ["none", "padding", "float", "blind-row"])
+@pytest.mark.parametrize("backend", ["auto", "explicit"])
+def test_masks_and_cached_keys_match_float64_reference(opts, mask, backend):
+    """attn_mask (padding, float bias, a query that sees nothing) and causal attention with S = 7 keys for T = 3
+    queries (a K/V cache: query i at position 4 + i), against the loop reference; float64, so 1e-10."""
+    if mask == "float" and opts["normalizer"] == "none":
+        pytest.skip("a float mask needs the softmax (tested as an error)")
+    q, k, v = qkv(h_kv=2)
+    q = q[:, :, 4:]  # T = 3 queries, S = 7 keys
+    m = None if mask == "none" else _masks(2, 3, 7)[mask]
+    ref_out, ref_w = attention_ref(q, k, v, attn_mask=m, **opts)
+    out, w = attention(q, k, v, attn_mask=m, return_weights=True, backend=backend, **opts)
+    np.testing.assert_allclose(w.numpy(), ref_w, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(out.numpy(), ref_out, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(attention(q, k, v, attn_mask=m, backend=backend, **opts).numpy(), ref_out,
+                               rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("backend", ["auto", "explicit"])
+def test_a_query_that_sees_no_key_gives_zero_output_and_finite_gradients(backend):
+    q, k, v = (x.requires_grad_() for x in qkv(t=5))
+    mask = _masks(2, 5, 5)["blind-row"]
+    out = attention(q, k, v, causal=True, attn_mask=mask, backend=backend)
+    assert torch.equal(out[0, :, 0], torch.zeros_like(out[0, :, 0]))
+    out.square().sum().backward()
+    assert all(torch.isfinite(x.grad).all() for x in (q, k, v))
+
+
+def test_causal_with_a_cache_equals_the_last_rows_of_full_causal_attention():
+    """Decoding: the last T rows of causal attention over S tokens = causal attention of those T queries over the S
+    keys (SDPA's own is_causal aligns top-left, so this checks the bottom-right alignment independently)."""
+    q, k, v = qkv(t=9, dtype=torch.float32)
+    full = attention(q, k, v, causal=True)
+    for t in (1, 4):
+        torch.testing.assert_close(attention(q[:, :, -t:], k, v, causal=True), full[:, :, -t:])

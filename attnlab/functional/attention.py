@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .masks import additive_causal_mask, causal_keep, mask_renormalize_softmax
+from .masks import causal_keep, mask_renormalize_softmax
 from .scores import default_scale, dot_logits, rbf_augment, rbf_logits
 
 KERNELS = ("dot", "rbf")  # attnlab.functional.scores: dot_logits, rbf_logits
@@ -64,6 +64,7 @@ def attention(
     backend: str = "auto",
     value_gate: torch.Tensor | None = None,
     logit_prior: torch.Tensor | None = None,
+    attn_mask: torch.Tensor | None = None,
 ):
     """Attention over q [B, H, T, d], k [B, Hkv, S, d], v [B, Hkv, S, dv]; H must be a multiple of Hkv.
 
@@ -78,14 +79,20 @@ def attention(
         p_i = softmax(z_i + prior_i), i.e. p_ij proportional to exp(prior_ij) exp(z_ij) (seed 000's magnitude
         weights as a prior, prior = log max(w, floor); attnlab.functional.magnitude.log_prior). Softmax only; on
         SDPA it is the float attn_mask, with the causal -inf folded in (gradients flow into it).
+    attn_mask: optional mask broadcastable to [B, H, T, S], e.g. padding: boolean (True where query i may see key
+        j) or float (added to the logits; -inf hides a key; softmax only). It combines with `causal` (with the
+        renormalize form, the mask hides keys inside the softmax and the causal mask renormalises after it). A
+        query that sees no key at all gets weights 0 and output 0, as SDPA gives.
+    causal with more keys than queries (S > T, decoding with a K/V cache): query i sits at position S - T + i and
+    sees keys j <= S - T + i (attnlab.functional.masks.causal_keep).
     Returns the output [B, H, T, dv], or (output, weights [B, H, T, S]) when return_weights.
     """
     b, h, t, d = q.shape
     h_kv, s = k.shape[1], k.shape[2]
     if h % h_kv:
         raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({h_kv})")
-    if causal and t != s:
-        raise ValueError(f"causal attention needs as many queries as keys, got {t} queries and {s} keys")
+    if causal and s < t:
+        raise ValueError(f"causal attention needs at least as many keys as queries, got {t} queries and {s} keys")
     scale = default_scale(d) if scale is None else scale
 
     if value_gate is not None and (value_gate.shape[-2:] != (t, s) or h % value_gate.shape[1]):
@@ -99,6 +106,11 @@ def attention(
                              f"got {tuple(logit_prior.shape)}")
         logit_prior = repeat_kv(logit_prior, h // logit_prior.shape[1])  # [B, H, S] or [B, H, T, S]
         logit_prior = logit_prior.unsqueeze(-2) if logit_prior.dim() == 3 else logit_prior  # [B, H, 1 or T, S]
+    seen, bias = _split_mask(attn_mask, (b, h, t, s), normalizer)  # boolean / additive parts of attn_mask
+    bias = logit_prior if bias is None else (bias if logit_prior is None else bias + logit_prior)
+    full = causal and s == t and seen is None and bias is None  # SDPA's is_causal covers the causal mask alone
+    keep = causal_keep(t, s, device=q.device) if causal else None  # [T, S], j <= S - T + i
+    keep = seen if keep is None else (keep if seen is None else keep & seen)
     if uses_sdpa(normalizer=normalizer, causal=causal, mask_form=mask_form,
                  return_weights=return_weights, backend=backend, value_gate=value_gate is not None):
         dv = v.shape[-1]
@@ -108,32 +120,37 @@ def attention(
         if h != h_kv and not _SDPA_HAS_GQA:
             k, v = repeat_kv(k, h // h_kv), repeat_kv(v, h // h_kv)
         extra = {"enable_gqa": True} if (h != h_kv and _SDPA_HAS_GQA) else {}
-        mask = None
-        if logit_prior is not None:  # softmax(z + prior + (-inf) U): one float mask [B, H, T, S]
-            mask = logit_prior.to(q.dtype)
-            mask = mask + additive_causal_mask(t, q.dtype, q.device) if causal else mask.expand(-1, -1, t, -1)
+        mask = keep  # boolean [.., T, S], or None
+        if bias is not None:  # softmax(z + prior + (-inf) U): one float mask [B, H, T, S]
+            bias = bias.to(q.dtype)
+            mask = bias.expand(*bias.shape[:-2], t, s) if keep is None else torch.where(keep, bias, float("-inf"))
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=causal and mask is None, dropout_p=dropout_p,
+            q, k, v, attn_mask=None if full else mask, is_causal=full, dropout_p=dropout_p,
             scale=scale / temperature, **extra
         )
         return out[..., :dv] if out.shape[-1] != dv else out
 
     k, v = repeat_kv(k, h // h_kv), repeat_kv(v, h // h_kv)
     logits = (dot_logits if kernel == "dot" else rbf_logits)(q, k, scale, temperature)  # z_ij
-    if logit_prior is not None:
-        logits = logits + logit_prior  # z_ij + log max(w, floor)_ij: p_ij proportional to w_ij exp(z_ij) (seed 000)
-    keep = causal_keep(t, s, device=q.device) if causal else None
+    if bias is not None:
+        logits = logits + bias  # z_ij + log max(w, floor)_ij: p_ij proportional to w_ij exp(z_ij) (seed 000)
+    blind = None if seen is None else ~keep.any(-1, keepdim=True)  # queries that see no key: output 0, not 0/0
+    if blind is not None:
+        keep = keep | blind  # unmask those rows so no NaN enters the graph; their weights are zeroed below
     if normalizer == "softmax":
         if causal and mask_form == "renormalize":
-            weights = mask_renormalize_softmax(logits)  # Mask(A), A = softmax(z)      (seed 002, form 2)
+            hidden = logits if seen is None else logits.masked_fill(~(seen | blind), float("-inf"))
+            weights = mask_renormalize_softmax(hidden, keep)  # Mask(A), A = softmax(z)      (seed 002, form 2)
         else:
-            if causal:
+            if keep is not None:
                 logits = logits.masked_fill(~keep, float("-inf"))  # z + (-inf) U   (seed 002, form 1)
             weights = torch.softmax(logits, dim=-1)  # p_ij = exp(z_ij) / sum_k exp(z_ik)
     else:
         weights = logits if kernel == "dot" else logits.exp()  # raw correlation / raw RBF kernel (seed 001)
-        if causal:
+        if keep is not None:
             weights = weights.masked_fill(~keep, 0.0)
+    if blind is not None:
+        weights = weights.masked_fill(blind, 0.0)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     if value_gate is None:
@@ -141,3 +158,27 @@ def attention(
     else:
         out = (weights * repeat_kv(value_gate, h // value_gate.shape[1])) @ v  # o_i = sum_j p_ij g_ij v_j (seed 000)
     return (out, weights) if return_weights else out
+
+
+def _split_mask(attn_mask, shape, normalizer):
+    """attn_mask -> (seen: boolean or None, bias: float or None), checked against [B, H, T, S].
+
+    A float mask's -inf entries become hidden keys (seen False) and its finite entries the additive bias."""
+    if attn_mask is None:
+        return None, None
+    if not isinstance(attn_mask, torch.Tensor) or not (attn_mask.dtype == torch.bool or attn_mask.is_floating_point()):
+        raise ValueError(f"attn_mask must be a boolean or float tensor, got {type(attn_mask).__name__}"
+                         f"{'' if not isinstance(attn_mask, torch.Tensor) else ' of ' + str(attn_mask.dtype)}")
+    try:
+        if torch.broadcast_shapes(attn_mask.shape, shape) != torch.Size(shape):
+            raise RuntimeError
+    except RuntimeError:
+        raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to [B, H, T, S] = "
+                         f"{list(shape)}") from None
+    attn_mask = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))  # [B|1, H|1, T|1, S|1]
+    if attn_mask.dtype == torch.bool:
+        return attn_mask, None
+    if normalizer != "softmax":
+        raise ValueError(f"a float attn_mask needs normalizer='softmax', got {normalizer!r}; pass a boolean mask")
+    hidden = attn_mask == float("-inf")
+    return ~hidden, attn_mask.masked_fill(hidden, 0.0)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from .config import GPTConfig
-from .errors import ConfigError
+from ..config import GPTConfig
+from ..errors import ConfigError
 
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 
