@@ -14,7 +14,7 @@ from torch import nn
 
 from .config import GPTConfig
 from .errors import ConfigError
-from .nn import Attention, LearnedPositions, RotaryEmbedding, SinusoidalPositions
+from .nn import Attention, KVCache, LayerKV, LearnedPositions, RotaryEmbedding, SinusoidalPositions
 
 
 class MLP(nn.Module):
@@ -42,8 +42,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, rope: nn.Module | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), rope)
+    def forward(self, x: torch.Tensor, rope: nn.Module | None = None, kv: LayerKV | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), rope, kv=kv)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -86,33 +86,52 @@ class GPT(nn.Module):
                 n -= self.pos.weight.numel()
         return n
 
-    def _check_idx(self, idx: torch.Tensor) -> None:
+    def _check_idx(self, idx: torch.Tensor, offset: int = 0) -> None:
         if torch.compiler.is_compiling():  # the range check syncs and would break the compiled graph
             return
         if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"idx must be an integer tensor of shape [batch, seq], got {tuple(idx.shape)} {idx.dtype}")
         t = idx.shape[1]
-        if t > self.config.block_size:
-            raise ValueError(f"sequence length {t} exceeds block_size={self.config.block_size}")
+        if offset + t > self.config.block_size:
+            raise ValueError(f"sequence length {t}{f' after {offset} cached' if offset else ''} exceeds "
+                             f"block_size={self.config.block_size}")
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab_size):
             raise ValueError(
                 f"token ids must lie in [0, {self.config.vocab_size}), got range "
                 f"[{int(idx.min())}, {int(idx.max())}]"
             )
 
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """Token embeddings plus input positions p_i (seed 002: added to x before the projections)."""
+    def embed(self, idx: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Token embeddings plus input positions p_i (seed 002: added to x before the projections); the tokens sit
+        at positions offset.. (after offset cached ones)."""
         x = self.wte(idx)
         if self.pos is not None:
-            x = x + self.pos(idx.shape[1])
+            x = x + self.pos(idx.shape[1], offset)
         return self.drop(x)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        """Logits [B, T, vocab] for every position, and the mean cross-entropy against targets (-1 = ignore)."""
-        self._check_idx(idx)
-        x = self.embed(idx)
-        for block in self.blocks:
-            x = block(x, self.rope)
+    @property
+    def cache_exact(self) -> bool:
+        """Whether a K/V cache gives exactly the logits of a full forward: causal attention without a magnitude
+        gate in every layer (attnlab.nn.kv_cache says why the gated forms need the whole prefix)."""
+        return all(b.attn.config.causal and b.attn.magnitude is None for b in self.blocks)
+
+    def new_cache(self) -> KVCache:
+        """An empty K/V cache for forward(..., cache=) of up to block_size positions."""
+        if not self.cache_exact:
+            raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate; "
+                              f"attention={self.config.attention!r} needs the whole prefix at every token")
+        return KVCache(self.config.n_layer, self.config.block_size)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
+        """Logits [B, T, vocab] for every position, and the mean cross-entropy against targets (-1 = ignore).
+
+        cache: a K/V cache (new_cache()); idx then holds the tokens after the cache.length cached ones, which are
+        appended to it (incremental decoding)."""
+        offset = 0 if cache is None else cache.length
+        self._check_idx(idx, offset)
+        x = self.embed(idx, offset)
+        for i, block in enumerate(self.blocks):
+            x = block(x, self.rope, None if cache is None else cache.layers[i])
         logits = self.lm_head(self.ln_f(x))
         loss = None
         if targets is not None:
@@ -133,15 +152,27 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Sample max_new_tokens tokens after idx [B, T]; temperature 0 is greedy; top_k keeps the k likeliest."""
+                 top_k: int | None = None, generator: torch.Generator | None = None,
+                 use_cache: bool | None = None) -> torch.Tensor:
+        """Sample max_new_tokens tokens after idx [B, T]; temperature 0 is greedy; top_k keeps the k likeliest.
+
+        use_cache: decode with a K/V cache (default: whenever it is exact, see cache_exact); the tokens are those
+        of the full recomputation. The context is the last block_size tokens: once the cache is full, each token
+        starts a new window, recomputed whole (absolute positions shift), as without a cache."""
         if temperature < 0:
             raise ValueError(f"temperature={temperature} must be >= 0 (0 = greedy)")
         if top_k is not None and top_k < 1:
             raise ValueError(f"top_k={top_k} must be a positive integer or None")
+        block = self.config.block_size
+        cache = self.new_cache() if (self.cache_exact if use_cache is None else use_cache) else None
         for _ in range(max_new_tokens):
-            context = idx[:, -self.config.block_size:]
-            logits = self(context)[0][:, -1, :]
+            if cache is None:
+                logits = self(idx[:, -block:])[0][:, -1, :]
+            elif cache.length == 0 or cache.length >= block:  # a new window: fill the cache with it
+                cache.reset()
+                logits = self(idx[:, -block:], cache=cache)[0][:, -1, :]
+            else:  # one new token at position cache.length
+                logits = self(idx[:, -1:], cache=cache)[0][:, -1, :]
             if temperature == 0:
                 nxt = logits.argmax(-1, keepdim=True)
             else:

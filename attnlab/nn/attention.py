@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from ..functional.attention import attention
 from ..functional.scores import qk_normalize
 from .gates import MagnitudeGate
+from .kv_cache import LayerKV
 from .projections import LatentKV, kv_cache_per_token, make_projection, resolve_latent, resolve_rank
 
 
@@ -72,8 +73,18 @@ class Attention(nn.Module):
         k, v = self.kv_latent(x) if self.kv_latent is not None else (self.k_proj(x), self.v_proj(x))
         return self._heads(self.q_proj(x), self.n_head), self._heads(k, self.n_kv_head), self._heads(v, self.n_kv_head)
 
-    def forward(self, x: torch.Tensor, rope: nn.Module | None = None, return_weights: bool = False):
+    def forward(self, x: torch.Tensor, rope: nn.Module | None = None, return_weights: bool = False,
+                kv: LayerKV | None = None):
+        """x [B, T, n_embd] -> [B, T, n_embd] (and the weights [B, n_head, T, S] when return_weights).
+
+        kv: this layer's K/V cache (incremental decoding): x holds the T tokens after the kv.length cached ones;
+        their keys and values are appended and the queries attend to all of them (causal variants without a
+        magnitude gate; attnlab.nn.kv_cache)."""
         cfg = self.config
+        if kv is not None and (self.magnitude is not None or not cfg.causal):
+            raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate "
+                              f"(this layer: causal={cfg.causal}, magnitude={cfg.magnitude!r})")
+        offset = 0 if kv is None else kv.length
         q, k, v = self.project(x)
         value_gate = logit_prior = None
         if self.magnitude is not None:  # keys before RoPE: clones of a token stay clones at every position
@@ -85,11 +96,13 @@ class Attention(nn.Module):
             else:
                 v = v * g.unsqueeze(-1)  # Attn(Q, K, Gate o V)   (seed 000, step 3)
         if rope is not None:
-            q, k = rope(q), rope(k)
+            q, k = rope(q, offset), rope(k, offset)
         scale = cfg.scale
         if cfg.qk_norm != "off":  # <g q/|q|, k/|k|> = g cos(q, k): the logit scale is g, folded into q
             q, k = qk_normalize(q, k, self.qk_scale if self.qk_gain is None else self.qk_gain)
             scale = 1.0
+        if kv is not None:
+            k, v = kv.append(k, v)
         out = attention(
             q, k, v,
             causal=cfg.causal, scale=scale, temperature=cfg.temperature, kernel=cfg.kernel,

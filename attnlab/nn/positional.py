@@ -21,8 +21,9 @@ class LearnedPositions(nn.Module):
         self.weight = nn.Parameter(torch.empty(block_size, n_embd))
         nn.init.normal_(self.weight, std=0.02)
 
-    def forward(self, t: int) -> torch.Tensor:
-        return self.weight[:t]
+    def forward(self, t: int, offset: int = 0) -> torch.Tensor:
+        """The vectors of positions offset .. offset + t - 1."""
+        return self.weight[offset:offset + t]
 
 
 class SinusoidalPositions(nn.Module):
@@ -32,8 +33,9 @@ class SinusoidalPositions(nn.Module):
         super().__init__()
         self.register_buffer("table", sinusoidal_table(block_size, n_embd), persistent=False)
 
-    def forward(self, t: int) -> torch.Tensor:
-        return self.table[:t]
+    def forward(self, t: int, offset: int = 0) -> torch.Tensor:
+        """The encodings of positions offset .. offset + t - 1."""
+        return self.table[offset:offset + t]
 
 
 class RotaryEmbedding(nn.Module):
@@ -45,6 +47,7 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """x [..., T, d] at positions offset .. offset + T - 1 (offset: the tokens before, e.g. in a K/V cache)."""
         t = x.shape[-2]
-        return apply_rope(x, self.cos[:t], self.sin[:t])
+        return apply_rope(x, self.cos[offset:offset + t], self.sin[offset:offset + t])

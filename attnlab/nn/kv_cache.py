@@ -1,0 +1,56 @@
+"""The K/V cache of incremental decoding: each layer's keys and values of the tokens seen so far.
+
+Causal attention of token i reads k_j, v_j for j <= i only, and those never change once computed (they depend on
+tokens 1..j), so decoding one token at a time can keep them instead of recomputing the whole prefix. The new
+queries sit at positions S - T + i of the S cached keys (attnlab.functional.attention's causal alignment).
+
+Exact for every causal variant without a magnitude gate. The prefix magnitude form gates key j by a weight
+M_ij that depends on query i's whole prefix, so every new token changes the gates of all keys; the causal form's
+w_j depends on keys 1..j only, but computing it for a new key needs the per-key state of the solve (the Cholesky
+rows, or the low-rank solver's prefix sums), which attnlab does not keep. GPT.generate recomputes the prefix for
+those variants, as for a bidirectional model.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class LayerKV:
+    """One layer's cache: keys and values [B, Hkv, S, d] in buffers of block_size positions."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.k = self.v = None
+        self.length = 0
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v [B, Hkv, T, d] after the cached ones; returns all of them, [B, Hkv, length + T, d]."""
+        t, capacity = k.shape[-2], self.capacity
+        if self.length + t > capacity:
+            raise ValueError(f"the K/V cache holds {capacity} positions; {self.length} cached + {t} new exceed it")
+        if self.k is None:  # allocate once: writing into a buffer avoids re-copying the prefix at every token
+            self.k = k.new_empty(*k.shape[:-2], capacity, k.shape[-1])
+            self.v = v.new_empty(*v.shape[:-2], capacity, v.shape[-1])
+        self.k[..., self.length:self.length + t, :] = k
+        self.v[..., self.length:self.length + t, :] = v
+        self.length += t
+        return self.k[..., :self.length, :], self.v[..., :self.length, :]
+
+
+class KVCache:
+    """Every layer's LayerKV and the number of positions they hold (the next token's position)."""
+
+    def __init__(self, n_layer: int, capacity: int):
+        self.capacity = capacity
+        self.layers = [LayerKV(capacity) for _ in range(n_layer)]
+
+    @property
+    def length(self) -> int:
+        return self.layers[0].length if self.layers else 0
+
+    def reset(self) -> None:
+        """Forget every cached position (the buffers are reallocated on the next append)."""
+        for layer in self.layers:
+            layer.k = layer.v = None
+            layer.length = 0
