@@ -232,6 +232,14 @@ def cmd_mass(args) -> int:
     return 0
 
 
+def cmd_maps(args) -> int:
+    from .experiments.maps import write_maps
+
+    for path in write_maps(args.run_dir, args.out, text=args.text, seed=args.seed):
+        print(path)
+    return 0
+
+
 def cmd_rank(args) -> int:
     from pathlib import Path
 
@@ -370,6 +378,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, default=256, help="sequences to measure on (default 256)")
     p.add_argument("--seed", type=int, default=0, help="seed of the measured sequences (default 0)")
     p.set_defaults(func=cmd_mass)
+
+    p = sub.add_parser("maps", help="attention-map heatmaps per layer and head (and magnitude gates per key), PNG")
+    p.add_argument("run_dir")
+    p.add_argument("--text", default=None, help="the tokens to look at (default for task runs: one task sequence)")
+    p.add_argument("--out", default=None, help="output folder (default RUN_DIR/maps)")
+    p.add_argument("--seed", type=int, default=0, help="which task sequence, when no --text is given")
+    p.set_defaults(func=cmd_maps)
 
     p = sub.add_parser("rank", help="seed 001: singular spectra, pseudo-rank, participation ratio of attention weights")
     p.add_argument("path", metavar="CHECKPOINT_OR_HF_DIR", help="a run directory or a Hugging Face GPT-2 directory")

@@ -38,6 +38,7 @@ LOGS_DIR = "logs"
 REPORT_FILE = "report.md"
 RESULTS_FILE = "results.json"
 CURVES_FILE = "loss_curves.png"
+DELTA_CURVES_FILE = "loss_delta.png"  # each variant's loss minus the baseline's, ±1 standard error
 ACCURACY_CURVES_FILE = "accuracy_curves.png"  # runs that logged val_accuracy (a task): accuracy against steps
 HIJACK_ACCURACY_FILE = "hijack_accuracy.png"  # a comparison on task:hijack: accuracy against the cluster size m
 HIJACK_MASS_FILE = "hijack_mass.png"  # and the retrieval head's attention mass against m

@@ -123,7 +123,7 @@ def test_report_export_ships_the_runs_without_checkpoints(capsys, cache):
     shipped = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
     runs = [f"{v}/seed{s}/{f}" for v, s in (("mqa", 0), ("standard", 0), ("standard", 1))
             for f in ("config.toml", "metrics.jsonl", "summary.json")]
-    plots = ["loss_curves.png", "accuracy_curves.png"]  # the runs log val_accuracy (next-token, on text)
+    plots = ["loss_curves.png", "loss_delta.png", "accuracy_curves.png"]  # the runs log val_accuracy (on text too)
     assert shipped == sorted(["compare.toml", *plots, "report.md", "results.json", *runs])
     theirs, _ = read_results(dest)
     ours, _ = read_results(out)

@@ -1,7 +1,7 @@
 """The report of a comparison, built from the run directories on disk alone (so it can be regenerated).
 
 :func:`write_report` reads ``out_dir/compare.toml`` and every ``<variant>/seed<k>/{summary.json,metrics.jsonl}``
-and writes ``results.json`` (:func:`compute_results`), ``loss_curves.png`` (:func:`plot_loss_curves``) and
+and writes ``results.json`` (:func:`compute_results`), the plots (:mod:`.plots`: ``loss_curves.png``, ``loss_delta.png``) and
 ``report.md`` (:func:`render_markdown`).
 
 Statistics use only *finished* runs with a finite final validation loss. Diverged, interrupted and missing
@@ -20,11 +20,12 @@ from ..analysis.rank import STATS as RANK_STATS
 from ..atomic import write_text
 from ..configio import load_toml
 from ..errors import ConfigError
-from ..rundir import (ACCURACY_CURVES_FILE, COMPARE_SPEC_FILE, CURVES_FILE, DONE_STATUSES, REPORT_FILE,
+from ..rundir import (ACCURACY_CURVES_FILE, COMPARE_SPEC_FILE, CURVES_FILE, DELTA_CURVES_FILE, DONE_STATUSES, REPORT_FILE,
                       RESULTS_FILE, SHIPPED_RUN_FILES, read_metrics, read_summary)
 from ..rundir import comparison_run_dir as run_dir
 from .hijack_report import ACCURACY_FILE, MASS_FILE, hijack_results, hijack_tables, plot_hijack
-from .stats import Summary, describe, welch_ttest
+from .plots import plot_accuracy_curves, plot_loss_curves, plot_loss_deltas
+from .stats import curve_summary, describe, welch_ttest
 from .stats import mean_std_text as _mean_std
 
 __all__ = [
@@ -239,16 +240,6 @@ def _diagnostics_summary(records: list[RunRecord]) -> dict:
     return {k: describe([r.diagnostics[k] for r in records if k in r.diagnostics]).to_dict() for k in names}
 
 
-def _curve_summary(curves: list[dict]) -> dict[int, Summary]:
-    """{step: n/mean/std of the value} at the steps every curve evaluated; a curve is {step: value} or, for the
-    loss, {step: (tokens, loss)}."""
-    if not curves:
-        return {}
-    steps = sorted(set.intersection(*(set(c) for c in curves)))
-    value = lambda v: v[1] if isinstance(v, tuple) else v
-    return {s: describe([value(c[s]) for c in curves]) for s in steps}
-
-
 def compute_results(spec: dict, records: list[RunRecord]) -> dict:
     """All the report's numbers (the contents of results.json); None wherever a number is undefined."""
     variants = list(spec["variants"])
@@ -282,8 +273,8 @@ def compute_results(spec: dict, records: list[RunRecord]) -> dict:
             "accuracy_welch_vs_baseline": None if is_base else welch_ttest(accs[v], accs[baseline]).to_dict(),
             "tokens_per_s_mean": _mean(r.summary.get("tokens_per_s") for r in rs if r.usable),
             "diagnostics": _diagnostics_summary([r for r in rs if r.usable]),
-            "val_curve": {step: st.to_dict() for step, st in _curve_summary(curves[v]).items()},
-            "val_accuracy_curve": {step: st.to_dict() for step, st in _curve_summary(acc_curves[v]).items()},
+            "val_curve": {step: st.to_dict() for step, st in curve_summary(curves[v]).items()},
+            "val_accuracy_curve": {step: st.to_dict() for step, st in curve_summary(acc_curves[v]).items()},
             "n_params": _params(rs),
             "runs": [_run_row(r) for r in rs],
         })
@@ -501,9 +492,9 @@ def results_tables(results: dict, heading: str = "##") -> str:
 
 
 def render_markdown(results: dict, curves_file: str | None = CURVES_FILE,
-                    accuracy_curves_file: str | None = None) -> str:
+                    accuracy_curves_file: str | None = None, delta_file: str | None = None) -> str:
     """report.md: results table, per-seed losses, weight and gate diagnostics, settings, notes, runs left out,
-    the loss-curve plot (and the accuracy curves, when a plot of them was written)."""
+    the loss-curve plot, the loss-minus-baseline plot and the accuracy curves (each when it was written)."""
     parts = ["# Attention variant comparison", "", results_tables(results), "## Settings", "",
              *_settings_lines(results), "", "## Notes", "", *_notes(results)]
     problems = _problem_runs(results)
@@ -514,6 +505,9 @@ def render_markdown(results: dict, curves_file: str | None = CURVES_FILE,
         parts.append(f"![validation loss vs tokens, mean ± 1 std over finished seeds]({curves_file})")
     else:
         parts.append("No validation losses logged yet.")
+    if delta_file:
+        parts += ["", f"![validation loss minus {results['baseline']}'s, mean difference ± 1 standard error]"
+                      f"({delta_file})"]
     if accuracy_curves_file:
         parts += ["", "## Validation accuracy curves", "",
                   f"![validation accuracy vs step, mean ± 1 std over finished seeds]({accuracy_curves_file})"]
@@ -521,75 +515,6 @@ def render_markdown(results: dict, curves_file: str | None = CURVES_FILE,
         parts += ["", "## Hijack sweep plots", "", f"![accuracy at the hijack query against m]({ACCURACY_FILE})", "",
                   f"![retrieval head's mass on the unique binding and the cluster against m]({MASS_FILE})"]
     return "\n".join(parts) + "\n"
-
-
-# ------------------------------------------------------------------------------------------------------ plotting
-
-
-def _mean_band(curves: list[dict]):
-    """x (tokens, else steps), mean and std (ddof=1; None for one curve) over the steps all curves share; a curve
-    is {step: (tokens, loss)} or {step: value} (x is then the step)."""
-    stats = _curve_summary(curves)
-    first = curves[0]
-    xs = [first[s][0] if isinstance(first[s], tuple) and first[s][0] is not None else s for s in stats]
-    return xs, [st.mean for st in stats.values()], [st.std for st in stats.values()]
-
-
-def _plot_curves(records: list[RunRecord], variants: list[str], path, accuracy: bool) -> Path | None:
-    """A mean line and a ±1 std band per variant over its finished seeds: the validation loss against tokens, or
-    the validation accuracy (%) against steps. Returns ``path``, or None (nothing written) when no finished run
-    logged the quantity."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure  # no pyplot: no global backend state
-
-    fig = Figure(figsize=(7, 4.5), dpi=120)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    drawn = False
-    for variant in variants:
-        runs = [r for r in records if r.variant == variant and r.usable]
-        curves = [{s: 100 * a for s, a in r.accuracy_curve.items()} if accuracy else r.curve for r in runs]
-        curves = [c for c in curves if c]
-        if not curves:
-            continue
-        xs, mean, std = _mean_band(curves)
-        if not xs:
-            continue
-        (line,) = ax.plot(xs, mean, marker="o", markersize=3, label=f"{variant} (n={len(curves)})")
-        if len(curves) > 1:
-            lo = [m - s for m, s in zip(mean, std)]
-            hi = [m + s for m, s in zip(mean, std)]
-            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-        drawn = True
-    if not drawn:
-        return None
-    use_tokens = not accuracy and any(r.curve and next(iter(r.curve.values()))[0] is not None for r in records)
-    ax.set_xlabel("tokens seen" if use_tokens else "step")
-    quantity = "validation accuracy (%)" if accuracy else "validation loss"
-    ax.set_ylabel(quantity)
-    ax.set_title(f"{quantity[0].upper()}{quantity[1:]}: mean ± 1 std over seeds")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", ncol=2 if len(variants) > 6 else 1)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    return path
-
-
-def plot_loss_curves(records: list[RunRecord], variants: list[str], path) -> Path | None:
-    """Validation loss vs tokens: a mean line and a ±1 std band per variant over its finished seeds.
-
-    Returns ``path``, or None (nothing written) when no finished run has a validation loss.
-    """
-    return _plot_curves(records, variants, path, accuracy=False)
-
-
-def plot_accuracy_curves(records: list[RunRecord], variants: list[str], path) -> Path | None:
-    """Validation accuracy (%) vs step (the learning curves of a task): a mean line and a ±1 std band per variant.
-
-    Returns ``path``, or None (nothing written) when no finished run logged an accuracy.
-    """
-    return _plot_curves(records, variants, path, accuracy=True)
 
 
 # ------------------------------------------------------------------------------------------------------- writing
@@ -649,6 +574,9 @@ def write_report(out_dir) -> Path:
     plot = plot_loss_curves(records, variants, out_dir / CURVES_FILE)
     if plot is None:
         (out_dir / CURVES_FILE).unlink(missing_ok=True)  # a stale plot would contradict the report
+    delta_plot = plot_loss_deltas(records, variants, results["baseline"], out_dir / DELTA_CURVES_FILE)
+    if delta_plot is None:
+        (out_dir / DELTA_CURVES_FILE).unlink(missing_ok=True)
     accuracy_plot = plot_accuracy_curves(records, variants, out_dir / ACCURACY_CURVES_FILE)
     if accuracy_plot is None:
         (out_dir / ACCURACY_CURVES_FILE).unlink(missing_ok=True)
@@ -658,5 +586,6 @@ def write_report(out_dir) -> Path:
         plot_hijack(results["hijack"], out_dir)
     report = out_dir / REPORT_FILE
     write_text(report, render_markdown(results, plot.name if plot else None,
-                                       accuracy_plot.name if accuracy_plot else None))
+                                       accuracy_plot.name if accuracy_plot else None,
+                                       delta_plot.name if delta_plot else None))
     return report

@@ -102,3 +102,13 @@ def mean_std_text(d: dict | None, fmt: str) -> str:
     if not d or d.get("mean") is None:
         return "n/a"
     return format(d["mean"], fmt) + ("" if d.get("std") is None else f" ± {format(d['std'], fmt)}")
+
+
+def curve_summary(curves: list[dict]) -> dict[int, Summary]:
+    """{step: n/mean/std of the value} at the steps every curve evaluated; a curve is {step: value} or, for the
+    loss, {step: (tokens, loss)}."""
+    if not curves:
+        return {}
+    steps = sorted(set.intersection(*(set(c) for c in curves)))
+    value = lambda v: v[1] if isinstance(v, tuple) else v
+    return {s: describe([value(c[s]) for c in curves]) for s in steps}
