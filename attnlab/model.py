@@ -184,6 +184,19 @@ class GPT(nn.Module):
             idx = torch.cat((idx, nxt), dim=1)
         return idx
 
+    def save_pretrained(self, path):
+        """Write config.json and model.safetensors to the directory ``path`` (attnlab.hf.pretrained); returns it."""
+        from .hf.pretrained import save_pretrained
+
+        return save_pretrained(self, path)
+
+    @classmethod
+    def from_pretrained(cls, path, map_location="cpu") -> "GPT":
+        """The model saved by save_pretrained in the local directory ``path`` (every variant, exactly)."""
+        from .hf.pretrained import load_pretrained
+
+        return load_pretrained(cls, path, map_location)
+
     @classmethod
     def from_hf_gpt2(cls, path, attention="standard") -> "GPT":
         """Load a local Hugging Face GPT-2 checkpoint directory (config.json + model.safetensors or

@@ -16,7 +16,7 @@ PACKAGE = ROOT / "attnlab"
 
 # bottom to top: a module may import its own layer (without cycles) and the layers below, never one above
 LAYERS = [
-    {"errors", "atomic", "lock", "configio", "rundir"},
+    {"errors", "atomic", "lock", "configio", "rundir", "weights"},
     {"functional", "tasks"},
     {"attention_config", "variants", "config", "hf", "data"},
     {"nn"},

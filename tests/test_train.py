@@ -37,6 +37,7 @@ from attnlab.train import (
     train,
 )
 from attnlab.train import checkpoint as ckpt_mod
+from attnlab import weights as weights_mod
 from attnlab.train import distributed as dist_mod
 from attnlab.train import flops as flops_mod
 from attnlab.train import trainer as trainer_mod
@@ -373,7 +374,7 @@ def test_checkpoint_crash_mid_save_keeps_previous(tmp_path, monkeypatch):
         open(path, "wb").write(b"\0" * 100)
         raise OSError("disk full")
 
-    monkeypatch.setattr(ckpt_mod, "save_file", crash)
+    monkeypatch.setattr(weights_mod, "save_file", crash)
     with pytest.raises(OSError, match="disk full"):
         save_checkpoint(tmp_path, _tiny_model(1), {"step": 2})
     monkeypatch.undo()
@@ -412,7 +413,7 @@ def test_failed_save_during_training_leaves_resumable_run(tmp_path, cache_dir, s
     ref_run, ref = straight
     run = tmp_path / "run"
     calls = [0]
-    real = ckpt_mod.save_file
+    real = weights_mod.save_file
 
     def flaky(*args, **kwargs):
         calls[0] += 1
@@ -420,7 +421,7 @@ def test_failed_save_during_training_leaves_resumable_run(tmp_path, cache_dir, s
             raise OSError("disk full")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ckpt_mod, "save_file", flaky)
+    monkeypatch.setattr(weights_mod, "save_file", flaky)
     with pytest.raises(OSError, match="disk full"):
         train(tiny(run, cache_dir, **{**RESUME, "train__checkpoint_interval": 4}), quiet=True)
     monkeypatch.undo()

@@ -24,52 +24,20 @@ import time
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 from torch import nn
 
 from ..rundir import CHECKPOINT_DIR
+from ..weights import load_weights, unique_tensors, write_weights
 
 __all__ = ["CHECKPOINT_DIR", "save_checkpoint", "load_checkpoint", "find_checkpoint", "unique_tensors", "load_weights"]
 
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
 META = "meta.json"
-FORMAT = 1
+FORMAT = 1  # of the checkpoint folder (meta.json)
 
 
 # --------------------------------------------------------------------------------------------- weights
-
-
-def unique_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """(tensors, aliases): the state dict with every shared tensor kept once (under its first name) and
-    ``aliases[name] = kept_name`` for the others (e.g. ``{"lm_head.weight": "wte.weight"}`` for tied weights)."""
-    tensors, aliases, seen = {}, {}, {}
-    for name, t in model.state_dict().items():
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
-        if t.numel() and key in seen:
-            aliases[name] = seen[key]
-            continue
-        seen[key] = name
-        tensors[name] = t.detach().contiguous().cpu()
-    return tensors, aliases
-
-
-def _write_weights(model: nn.Module, path: Path) -> None:
-    tensors, aliases = unique_tensors(model)
-    save_file(tensors, str(path), metadata={"tied": json.dumps(aliases), "format": str(FORMAT)})
-
-
-def load_weights(model: nn.Module, path: str | Path) -> None:
-    """Load a ``model.safetensors`` written by :func:`save_checkpoint` into ``model`` (strict), re-tying aliases."""
-    tensors = {}
-    with safe_open(str(path), framework="pt", device="cpu") as f:
-        aliases = json.loads((f.metadata() or {}).get("tied", "{}"))
-        for name in f.keys():
-            tensors[name] = f.get_tensor(name)
-    for name, target in aliases.items():
-        tensors[name] = tensors[target]
-    model.load_state_dict(tensors, strict=True)
 
 
 # --------------------------------------------------------------------------------------------- durability
@@ -108,7 +76,7 @@ def save_checkpoint(run_dir: str | Path, model: nn.Module, state: dict, meta: di
     tmp = run_dir / f".checkpoint-{secrets.token_hex(6)}.new"
     tmp.mkdir(parents=True)
     try:
-        _write_weights(model, tmp / WEIGHTS)
+        write_weights(model, tmp / WEIGHTS)
         torch.save(state, tmp / STATE)
         info = {"format": FORMAT, "step": int(state["step"]), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
         info.update(meta or {})
