@@ -240,6 +240,16 @@ def cmd_maps(args) -> int:
     return 0
 
 
+def cmd_export_hf(args) -> int:
+    from .hf.gpt2 import export_gpt2
+    from .train import load_run
+
+    model, tokenizer, _ = load_run(args.run_dir)
+    dest = export_gpt2(model, args.dest, tokenizer.to_hf())
+    print(f"{args.run_dir} -> {dest} (transformers.AutoModelForCausalLM.from_pretrained({str(dest)!r}))")
+    return 0
+
+
 def cmd_rank(args) -> int:
     from pathlib import Path
 
@@ -385,6 +395,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (default RUN_DIR/maps)")
     p.add_argument("--seed", type=int, default=0, help="which task sequence, when no --text is given")
     p.set_defaults(func=cmd_maps)
+
+    p = sub.add_parser("export-hf", help="write a GPT-2-architecture run as a Hugging Face GPT2LMHeadModel directory")
+    p.add_argument("run_dir")
+    p.add_argument("dest")
+    p.set_defaults(func=cmd_export_hf)
 
     p = sub.add_parser("rank", help="seed 001: singular spectra, pseudo-rank, participation ratio of attention weights")
     p.add_argument("path", metavar="CHECKPOINT_OR_HF_DIR", help="a run directory or a Hugging Face GPT-2 directory")

@@ -59,6 +59,17 @@ class CharTokenizer:
         chars = self.chars
         return "".join(chars[i] for i in ids)
 
+    def to_hf(self):
+        """The same tokeniser as a Hugging Face ``tokenizers.Tokenizer``: a word-level vocabulary of the characters,
+        every character its own word, decoded by plain concatenation (tests/test_export_hf.py checks it encodes
+        and decodes as this one does)."""
+        from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+        tok = Tokenizer(models.WordLevel({c: i for i, c in enumerate(self.chars)}, unk_token=None))
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")  # one piece per character
+        tok.decoder = decoders.Fuse()
+        return tok
+
     def to_json(self) -> str:
         return json.dumps({"type": self.kind, "chars": self.chars}, ensure_ascii=False)
 
@@ -120,6 +131,10 @@ class BPETokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
+    def to_hf(self):
+        """The Hugging Face ``tokenizers.Tokenizer`` itself."""
+        return self.tokenizer
+
     def to_json(self) -> str:
         return self.tokenizer.to_str()
 
@@ -165,6 +180,15 @@ class TaskTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         return " ".join(str(int(i)) for i in ids)
+
+    def to_hf(self):
+        """A Hugging Face ``tokenizers.Tokenizer`` with the same ids: words "0".."V-1" split at whitespace,
+        decoded joined by spaces."""
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        tok = Tokenizer(models.WordLevel({str(i): i for i in range(self._vocab_size)}, unk_token=None))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        return tok
 
     def to_json(self) -> str:
         return json.dumps({"type": self.kind, "vocab_size": self._vocab_size, "task": self.task})

@@ -98,3 +98,82 @@ def load_gpt2(cls, path, attention="standard"):
         raise ConfigError(f"attention={attention!r} cannot load GPT-2 weights: {detail}")
     model.load_state_dict(state, strict=True)
     return model
+
+
+# ---------------------------------------------------------------------------------------------------- export
+
+_HF_ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu"}
+
+
+def gpt2_refusal(config: GPTConfig) -> str | None:
+    """Why a model of ``config`` is not GPT-2's architecture (so cannot become a GPT2LMHeadModel), or None."""
+    attn = config.resolved_attention()
+    plain = attn.replace(n_head=None, n_kv_head=None, bias=None, dropout=None, scale=None)
+    if config.pos_encoding != "learned":
+        return f"pos_encoding={config.pos_encoding!r}; GPT-2 has learned absolute positions"
+    if not config.bias or not (attn.bias is None or attn.bias):
+        return "bias=false; GPT-2 has biases in every linear layer and LayerNorm"
+    if attn.n_kv_head != config.n_head:
+        return f"{attn.n_kv_head} K/V heads for {config.n_head} query heads; GPT-2 has multi-head attention"
+    if plain != type(attn)() or attn.scale not in (None, 1.0):
+        name = config.attention if isinstance(config.attention, str) else "a custom AttentionConfig"
+        return f"attention {name!r} is not GPT-2's softmax(q.k / sqrt(d)) attention"
+    if config.activation not in _HF_ACTIVATIONS:
+        return f"activation={config.activation!r}; GPT-2 uses {' or '.join(_HF_ACTIVATIONS)}"
+    return None
+
+
+def gpt2_hf_config(config: GPTConfig) -> dict:
+    """The transformers GPT2Config fields equal to ``config`` (which must pass :func:`gpt2_refusal`)."""
+    attn = config.resolved_attention()
+    return dict(vocab_size=config.vocab_size, n_positions=config.block_size, n_embd=config.n_embd,
+                n_layer=config.n_layer, n_head=config.n_head, n_inner=config.mlp_ratio * config.n_embd,
+                activation_function=_HF_ACTIVATIONS[config.activation], layer_norm_epsilon=config.layer_norm_eps,
+                resid_pdrop=config.dropout, embd_pdrop=config.dropout,
+                attn_pdrop=config.dropout if attn.dropout is None else attn.dropout,
+                scale_attn_weights=attn.scale is None, tie_word_embeddings=True, bos_token_id=None,
+                eos_token_id=None)
+
+
+def to_gpt2_state_dict(model) -> dict[str, torch.Tensor]:
+    """attnlab.GPT names and layouts -> Hugging Face GPT2LMHeadModel's (the inverse of :func:`convert_state_dict`)."""
+    sd = model.state_dict()
+    out = {"transformer.wte.weight": sd["wte.weight"], "transformer.wpe.weight": sd["pos.weight"],
+           "transformer.ln_f.weight": sd["ln_f.weight"], "transformer.ln_f.bias": sd["ln_f.bias"],
+           "lm_head.weight": sd["wte.weight"]}
+    for i in range(model.config.n_layer):
+        src, dst = f"blocks.{i}.", f"transformer.h.{i}."
+        for ln in ("ln_1", "ln_2"):
+            out[dst + ln + ".weight"] = sd[src + ln + ".weight"]
+            out[dst + ln + ".bias"] = sd[src + ln + ".bias"]
+        qkv = [sd[src + f"attn.{n}_proj.weight"] for n in "qkv"]
+        out[dst + "attn.c_attn.weight"] = torch.cat(qkv, 0).t()  # Conv1D [C, 3C]
+        out[dst + "attn.c_attn.bias"] = torch.cat([sd[src + f"attn.{n}_proj.bias"] for n in "qkv"], 0)
+        pairs = {"attn.c_proj": "attn.out_proj", "mlp.c_fc": "mlp.fc", "mlp.c_proj": "mlp.proj"}
+        for hf_name, our_name in pairs.items():
+            out[dst + hf_name + ".weight"] = sd[src + our_name + ".weight"].t()
+            out[dst + hf_name + ".bias"] = sd[src + our_name + ".bias"]
+    return {k: v.detach().contiguous().cpu() for k, v in out.items()}
+
+
+def export_gpt2(model, dest, hf_tokenizer=None) -> Path:
+    """Write ``model`` (an attnlab.GPT of GPT-2's architecture) as a transformers GPT2LMHeadModel directory:
+    config.json and model.safetensors (transformers' own save_pretrained), and the tokenizer files when a
+    ``tokenizers.Tokenizer`` is given. Needs transformers."""
+    why = gpt2_refusal(model.config)
+    if why is not None:
+        raise ConfigError(f"cannot export as GPT-2: {why}")
+    try:
+        import transformers
+    except ImportError:
+        raise ConfigError("export to Hugging Face needs transformers: pip install 'attnlab[hf]'") from None
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**gpt2_hf_config(model.config)))
+    hf.load_state_dict(to_gpt2_state_dict(model), strict=False)  # the attention-mask buffers are not weights
+    missing = set(hf.state_dict()) - set(to_gpt2_state_dict(model))
+    if any(not name.endswith((".attn.bias", ".attn.masked_bias")) for name in missing):
+        raise ConfigError(f"GPT-2 export left weights unset: {sorted(missing)[:3]}")
+    dest = Path(dest)
+    hf.save_pretrained(dest)
+    if hf_tokenizer is not None:
+        transformers.PreTrainedTokenizerFast(tokenizer_object=hf_tokenizer).save_pretrained(dest)
+    return dest
