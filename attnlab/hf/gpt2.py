@@ -78,17 +78,24 @@ def convert_state_dict(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, t
     return {k: v.contiguous() for k, v in out.items()}
 
 
-def load_gpt2(cls, path, attention="standard"):
-    """Build ``cls`` (attnlab.GPT) from a local Hugging Face GPT-2 directory."""
+def read_gpt2_config(path, attention="standard") -> GPTConfig:
+    """The GPTConfig of a local Hugging Face GPT-2 directory (its config.json)."""
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ConfigError(f"{path}: not a Hugging Face GPT-2 directory (config.json missing)")
     hf = json.loads((path / "config.json").read_text())
     if hf.get("model_type", "gpt2") != "gpt2":
         raise ConfigError(f"{path}: model_type={hf.get('model_type')!r}, expected 'gpt2'")
-    config = gpt2_config(hf, attention)
-    model = cls(config)
-    state = convert_state_dict(_read_state_dict(path), config.n_layer)
+    return gpt2_config(hf, attention)
+
+
+def load_gpt2_weights(model, path) -> None:
+    """Load the weights of a local GPT-2 directory into ``model`` (an attnlab.GPT of its architecture; a block_size
+    below the checkpoint's n_positions keeps the first block_size position vectors)."""
+    config = model.config
+    attention = config.attention
+    state = convert_state_dict(_read_state_dict(Path(path)), config.n_layer)
+    state["pos.weight"] = state["pos.weight"][:config.block_size]
     state["lm_head.weight"] = state["wte.weight"]
     ours, theirs = set(model.state_dict()), set(state)
     if ours != theirs:  # an attention whose parameters GPT-2 does not have (or lacks some GPT-2 has)
@@ -97,6 +104,12 @@ def load_gpt2(cls, path, attention="standard"):
             f"it lacks GPT-2's {lacking[0]!r} (and {len(lacking) - 1} more)"
         raise ConfigError(f"attention={attention!r} cannot load GPT-2 weights: {detail}")
     model.load_state_dict(state, strict=True)
+
+
+def load_gpt2(cls, path, attention="standard"):
+    """Build ``cls`` (attnlab.GPT) from a local Hugging Face GPT-2 directory."""
+    model = cls(read_gpt2_config(path, attention))
+    load_gpt2_weights(model, path)
     return model
 
 

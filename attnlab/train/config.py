@@ -70,6 +70,10 @@ class TrainConfig:
     """Also write TensorBoard event files (needs `pip install tensorboard`)."""
     track_rank: bool = True
     """Log the pseudo-rank and participation ratio of the attention weights at each evaluation."""
+    init_from: str | None = None
+    """`"hf:DIR"`: start from a local Hugging Face GPT-2 directory (fine-tuning). The architecture is the
+    checkpoint's (the run's `[model]` keeps only `attention`, `dropout` and a `block_size` up to the checkpoint's
+    `n_positions`); the tokenizer must give its vocabulary, e.g. `data.tokenizer=DIR/tokenizer.json`."""
 
     def __post_init__(self):
         for name in ("batch_size", "grad_accum", "max_steps", "eval_tokens", "log_interval"):
@@ -92,6 +96,10 @@ class TrainConfig:
                 raise ConfigError(f"train.{name}={getattr(self, name)!r} must be true or false")
         check_choice("train.device", self.device, DEVICES)
         check_choice("train.dtype", self.dtype, DTYPES)
+        if self.init_from is not None and not (isinstance(self.init_from, str) and self.init_from.startswith("hf:")
+                                               and len(self.init_from) > 3):
+            raise ConfigError(f"train.init_from={self.init_from!r} must be 'hf:DIR' (a local Hugging Face GPT-2 "
+                              f"directory) or unset")
         if self.min_lr > self.lr:
             raise ConfigError(f"train.min_lr={self.min_lr!r} must be <= train.lr={self.lr!r}")
         if self.warmup_steps > self.max_steps:

@@ -70,6 +70,7 @@ from ..configio import load_config, save_toml
 from ..data import Dataset, default_cache_dir, load_tokenizer, prepare
 from ..data.task_source import task_name
 from ..errors import ConfigError
+from ..hf.gpt2 import load_gpt2_weights, read_gpt2_config
 from ..lock import DirectoryLock
 from ..model import GPT
 from ..rundir import (CONFIG_FILE, METRICS_FILE, PLOT_FILE, RUN_MARKERS, SAMPLES_FILE, SUMMARY_FILE, TOKENIZER_FILE,
@@ -209,6 +210,19 @@ def _model_for_data(model, ds):
     return model.replace(vocab_size=ds.vocab_size, **({"block_size": ds.seq_len} if ds.seq_len is not None else {}))
 
 
+def _model_from_hf(model, init_from: str):
+    """The architecture of train.init_from's GPT-2 directory, keeping the run's attention, dropout and block_size
+    (at most the checkpoint's n_positions); the data's vocabulary must be the checkpoint's."""
+    path = init_from.removeprefix("hf:")
+    arch = read_gpt2_config(path, model.attention)
+    if model.block_size > arch.block_size:
+        raise ConfigError(f"model.block_size={model.block_size} exceeds the n_positions={arch.block_size} of {path}")
+    if model.vocab_size != arch.vocab_size:
+        raise ConfigError(f"the data's tokenizer has {model.vocab_size} tokens and {path} has {arch.vocab_size}; "
+                          f"use its tokenizer: data.tokenizer={path}/tokenizer.json")
+    return arch.replace(block_size=model.block_size, dropout=model.dropout)
+
+
 def _resolve(cfg: RunConfig | None, resume) -> tuple[RunConfig, Path, bool]:
     """(config, run directory, resuming?) from train()'s arguments."""
     if resume is None:
@@ -301,6 +315,8 @@ class _Trainer:
             self._check_run_dir(resuming)
             self.ds = self._prepare_data(cfg)
             self.cfg = cfg.replace(model=_model_for_data(cfg.model, self.ds), out_dir=str(self.run_dir))
+            if self.tc.init_from is not None and not resuming:
+                self.cfg = self.cfg.replace(model=_model_from_hf(self.cfg.model, self.tc.init_from))
             self._check_tokenizer(resuming)
             self._build(hooks)
             if resuming:
@@ -350,7 +366,10 @@ class _Trainer:
         """Model, optimizer, grad scaler, batch generator, bookkeeping state (seeded as documented)."""
         tc = self.tc
         torch.manual_seed(tc.seed)
-        self.model = GPT(self.cfg.model).to(self.device)
+        self.model = GPT(self.cfg.model)
+        if tc.init_from is not None:  # a resumed run then loads its own checkpoint over these (_restore)
+            load_gpt2_weights(self.model, tc.init_from.removeprefix("hf:"))
+        self.model = self.model.to(self.device)
         self.hooks = [*default_hooks(self.cfg, self.model), *hooks]
         self.hook_prefixes = tuple(prefix for hook in self.hooks for prefix in hook.prefixes)
         for hook in self.hooks:
