@@ -474,7 +474,7 @@ def test_non_finite_loss_stops_the_run(tmp_path, cache_dir, monkeypatch, bad):
 
 def test_tensorboard_missing_is_a_config_error(tmp_path, cache_dir, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # the import fails as if not installed
-    with pytest.raises(ConfigError, match="pip install tensorboard"):
+    with pytest.raises(ConfigError, match=r"pip install .attnlab\[tensorboard\]."):
         train(tiny(tmp_path / "tb", cache_dir, train__tensorboard=True), quiet=True)
     assert not (tmp_path / "tb").exists()
 

@@ -14,6 +14,8 @@ import torch
 from ..config import GPTConfig
 from ..errors import ConfigError
 
+_NORMS = ("ln_1", "ln_2")  # the LayerNorms of a block, the same names on both sides
+_LINEARS = {"attn.c_proj": "attn.out_proj", "mlp.c_fc": "mlp.fc", "mlp.c_proj": "mlp.proj"}  # HF Conv1D -> ours
 _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 
 
@@ -63,7 +65,7 @@ def convert_state_dict(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, t
            "ln_f.weight": sd["ln_f.weight"], "ln_f.bias": sd["ln_f.bias"]}
     for i in range(n_layer):
         src, dst = f"h.{i}.", f"blocks.{i}."
-        for ln in ("ln_1", "ln_2"):
+        for ln in _NORMS:
             out[dst + ln + ".weight"] = sd[src + ln + ".weight"]
             out[dst + ln + ".bias"] = sd[src + ln + ".bias"]
         qkv_w = sd[src + "attn.c_attn.weight"].t()  # [3C, C]
@@ -71,8 +73,7 @@ def convert_state_dict(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, t
         for name, w, b in zip(("q", "k", "v"), qkv_w.chunk(3, 0), qkv_b.chunk(3, 0)):
             out[dst + f"attn.{name}_proj.weight"] = w
             out[dst + f"attn.{name}_proj.bias"] = b
-        pairs = {"attn.c_proj": "attn.out_proj", "mlp.c_fc": "mlp.fc", "mlp.c_proj": "mlp.proj"}
-        for hf_name, our_name in pairs.items():
+        for hf_name, our_name in _LINEARS.items():
             out[dst + our_name + ".weight"] = sd[src + hf_name + ".weight"].t()
             out[dst + our_name + ".bias"] = sd[src + hf_name + ".bias"]
     return {k: v.contiguous() for k, v in out.items()}
@@ -156,14 +157,13 @@ def to_gpt2_state_dict(model) -> dict[str, torch.Tensor]:
            "lm_head.weight": sd["wte.weight"]}
     for i in range(model.config.n_layer):
         src, dst = f"blocks.{i}.", f"transformer.h.{i}."
-        for ln in ("ln_1", "ln_2"):
+        for ln in _NORMS:
             out[dst + ln + ".weight"] = sd[src + ln + ".weight"]
             out[dst + ln + ".bias"] = sd[src + ln + ".bias"]
         qkv = [sd[src + f"attn.{n}_proj.weight"] for n in "qkv"]
         out[dst + "attn.c_attn.weight"] = torch.cat(qkv, 0).t()  # Conv1D [C, 3C]
         out[dst + "attn.c_attn.bias"] = torch.cat([sd[src + f"attn.{n}_proj.bias"] for n in "qkv"], 0)
-        pairs = {"attn.c_proj": "attn.out_proj", "mlp.c_fc": "mlp.fc", "mlp.c_proj": "mlp.proj"}
-        for hf_name, our_name in pairs.items():
+        for hf_name, our_name in _LINEARS.items():
             out[dst + hf_name + ".weight"] = sd[src + our_name + ".weight"].t()
             out[dst + hf_name + ".bias"] = sd[src + our_name + ".bias"]
     return {k: v.detach().contiguous().cpu() for k, v in out.items()}

@@ -18,6 +18,7 @@ from ..data import DataConfig
 from ..errors import ConfigError, check_choice, check_number, strict_fields
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
+WANDB_MODES = ("offline", "online", "disabled")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -70,6 +71,11 @@ class TrainConfig:
     """Also write TensorBoard event files (needs `pip install tensorboard`)."""
     track_rank: bool = True
     """Log the pseudo-rank and participation ratio of the attention weights at each evaluation."""
+    wandb_project: str | None = None
+    """Also log to Weights & Biases under this project (needs `pip install 'attnlab[wandb]'`); the run's id is kept
+    in RUN_DIR/wandb_id.txt so that a resumed run continues the same W&B run."""
+    wandb_mode: str = "offline"
+    """`"offline"` (written under RUN_DIR/wandb, no network; `wandb sync` uploads it later), `"online"` or `"disabled"`."""
     init_from: str | None = None
     """`"hf:DIR"`: start from a local Hugging Face GPT-2 directory (fine-tuning). The architecture is the
     checkpoint's (the run's `[model]` keeps only `attention`, `dropout` and a `block_size` up to the checkpoint's
@@ -96,6 +102,9 @@ class TrainConfig:
                 raise ConfigError(f"train.{name}={getattr(self, name)!r} must be true or false")
         check_choice("train.device", self.device, DEVICES)
         check_choice("train.dtype", self.dtype, DTYPES)
+        check_choice("train.wandb_mode", self.wandb_mode, WANDB_MODES)
+        if self.wandb_project is not None and not (isinstance(self.wandb_project, str) and self.wandb_project):
+            raise ConfigError(f"train.wandb_project={self.wandb_project!r} must be a non-empty string or unset")
         if self.init_from is not None and not (isinstance(self.init_from, str) and self.init_from.startswith("hf:")
                                                and len(self.init_from) > 3):
             raise ConfigError(f"train.init_from={self.init_from!r} must be 'hf:DIR' (a local Hugging Face GPT-2 "

@@ -10,6 +10,7 @@ A run directory holds::
     samples.txt      train.sample_tokens tokens sampled from the final model (seeded with train.seed)
     summary.json     status ("finished" | "interrupted" | "diverged"), losses, throughput, MFU, ...
     tensorboard/     TensorBoard event files (only with train.tensorboard = true)
+    wandb/, wandb_id.txt   the Weights & Biases run and its id (only with train.wandb_project; attnlab.train.trackers)
 
 Magnitude gates (seed 000; model.attention with magnitude != "off", e.g. magnitude-causal): every row of a step
 that trained also carries, per attention layer i (0 = the first block), the gate's stats from the forward pass of
@@ -82,6 +83,7 @@ from .hooks import TrainHook, default_hooks
 from .flops import device_name, flops_per_token, matmul_params, matmul_peak_gflops, mfu
 from .optim import lr_at, make_optimizer, set_lr
 from .plots import plot_losses
+from .trackers import check_trackers, close_trackers, log_row, open_trackers
 
 __all__ = ["train", "load_run", "load_model", "sample", "generate_text", "TrainingDiverged"]
 
@@ -280,15 +282,6 @@ def _set_rng_state(state: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def _tensorboard_class():
-    """torch.utils.tensorboard.SummaryWriter; a one-line ConfigError if the tensorboard package is missing."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        raise ConfigError("train.tensorboard=true needs the tensorboard package: pip install tensorboard") from None
-    return SummaryWriter
-
-
 # ============================================================================================ the trainer
 
 
@@ -300,11 +293,10 @@ class _Trainer:
         cfg, run_dir, resuming = _resolve(cfg, resume)
         self.tc = cfg.train
         self.quiet = quiet or not self.info.is_main
-        self.tensorboard = None
+        self.trackers = []
         self.lock = None
         self.signals = {}
-        if self.tc.tensorboard:
-            _tensorboard_class()  # fail early, on every rank alike
+        check_trackers(self.tc)  # a missing package fails early, on every rank alike
         device = _resolve_device(self.tc.device)
         self.rows_slice = D.local_slice(self.tc.batch_size, self.info)  # checked before any process group exists
         self.owns_group = D.init_distributed(self.info, device.type)
@@ -427,9 +419,7 @@ class _Trainer:
                     rows.setdefault(row["step"], row)
             self.logged_steps = set(rows)
             write_text(self.run_dir / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in rows.values()))
-            if self.tc.tensorboard:  # purge_step drops events a previous session logged after the checkpoint
-                writer = _tensorboard_class()
-                self.tensorboard = writer(log_dir=str(self.run_dir / "tensorboard"), purge_step=self.step + 1)
+            self.trackers = open_trackers(self.cfg, self.run_dir, self.step + 1)
         D.barrier(self.info)
 
     def _wrap_model(self) -> None:
@@ -442,9 +432,8 @@ class _Trainer:
             self.ddp = nn.parallel.DistributedDataParallel(self.fwd, device_ids=ids)
 
     def close(self) -> None:
-        if self.tensorboard is not None:
-            self.tensorboard.close()
-            self.tensorboard = None
+        close_trackers(self.trackers)
+        self.trackers = []
         D.shutdown_distributed(self.owns_group)
         if self.lock is not None:
             self.lock.release()
@@ -628,11 +617,7 @@ class _Trainer:
         with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
         self.logged_steps.add(k)
-        if self.tensorboard is not None:
-            scalars = ("train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s")
-            for key in (*scalars, *(key for key in row if key.startswith(self.hook_prefixes))):
-                if row[key] is not None:
-                    self.tensorboard.add_scalar(key, row[key], k)
+        log_row(self.trackers, row, self.hook_prefixes)
         if val is not None:
             self._print(f"step {k}: val loss {val:.4f}" + (
                 f", train loss {row['train_loss']:.4f}" if row["train_loss"] is not None else ""))
