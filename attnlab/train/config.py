@@ -71,6 +71,11 @@ class TrainConfig:
     """Also write TensorBoard event files (needs `pip install tensorboard`)."""
     track_rank: bool = True
     """Log the pseudo-rank and participation ratio of the attention weights at each evaluation."""
+    divergence_factor: float = 2.0
+    """The divergence guard: an evaluation whose validation loss exceeds this factor x the run's first one is bad."""
+    divergence_patience: int = 3
+    """Stop the run (status "diverged", the last good checkpoint kept) after this many bad evaluations in a row;
+    0: never (a non-finite training loss or gradient stops a run regardless)."""
     wandb_project: str | None = None
     """Also log to Weights & Biases under this project (needs `pip install 'attnlab[wandb]'`); the run's id is kept
     in RUN_DIR/wandb_id.txt so that a resumed run continues the same W&B run."""
@@ -84,12 +89,14 @@ class TrainConfig:
     def __post_init__(self):
         for name in ("batch_size", "grad_accum", "max_steps", "eval_tokens", "log_interval"):
             check_number(f"train.{name}", getattr(self, name), low=1, integer=True)
-        for name in ("warmup_steps", "eval_interval", "checkpoint_interval", "sample_tokens", "seed"):
+        for name in ("warmup_steps", "eval_interval", "checkpoint_interval", "sample_tokens", "seed",
+                     "divergence_patience"):
             check_number(f"train.{name}", getattr(self, name), low=0, integer=True)
         check_number("train.lr", self.lr, low=0.0, low_open=True)
         check_number("train.min_lr", self.min_lr, low=0.0)
         check_number("train.weight_decay", self.weight_decay, low=0.0)
         check_number("train.grad_clip", self.grad_clip, low=0.0)
+        check_number("train.divergence_factor", self.divergence_factor, low=1.0, low_open=True)
         for name in ("beta1", "beta2"):
             check_number(f"train.{name}", getattr(self, name), low=0.0)
             if not getattr(self, name) < 1.0:

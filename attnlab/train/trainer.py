@@ -98,9 +98,9 @@ class TrainingDiverged(RuntimeError):
 
 
 class _Diverged(Exception):
-    def __init__(self, step: int, what: str, value: float, lr: float):
+    def __init__(self, step: int, what: str, value: float, lr: float, why: str = ""):
         super().__init__(step, what, value, lr)
-        self.step, self.what, self.value, self.lr = step, what, value, lr
+        self.step, self.what, self.value, self.lr, self.why = step, what, value, lr, why
 
 
 # ============================================================================================ public API
@@ -375,6 +375,7 @@ class _Trainer:
         self.step = self.tokens = 0
         self.saved_step = None  # the step of the checkpoint on disk
         self.best_val = self.last_val = self.last_acc = self.last_eval_step = None
+        self.first_val, self.bad_evals = None, 0  # the divergence guard (_watch_divergence)
         self.last_stats = {}
         self.elapsed_before = 0.0
         self.session_start = time.perf_counter()
@@ -404,6 +405,7 @@ class _Trainer:
         self.best_val, self.last_val = state.get("best_val_loss"), state.get("last_val_loss")
         self.last_acc = state.get("last_val_accuracy")
         self.last_eval_step = state.get("last_eval_step")
+        self.first_val = state.get("first_val_loss")
         self.last_stats = state.get("last_stats") or {}
         self.elapsed_before = float(state.get("elapsed_s", 0.0))
 
@@ -580,11 +582,25 @@ class _Trainer:
             self.last_val, self.last_eval_step = val, k
             if math.isfinite(val) and (self.best_val is None or val < self.best_val):
                 self.best_val = val
+            self._watch_divergence(val)
         if self._row_due(k) or val is not None:
             self._log_row(k, stats, val)
-        if self._checkpoint_due(k) and self.saved_step != k:
+        if self._checkpoint_due(k) and self.saved_step != k and not self.bad_evals:  # no checkpoint of a bad state
             self._save()
+        if self.tc.divergence_patience and self.bad_evals >= self.tc.divergence_patience:
+            raise _Diverged(k, "validation loss", val, lr_at(k, self.tc),
+                            f", above {self.tc.divergence_factor:g} x its first value {self.first_val:.4f} for "
+                            f"{self.bad_evals} evaluations in a row")
         self.phase = "idle"
+
+    def _watch_divergence(self, val: float) -> None:
+        """Count the evaluations in a row whose loss exceeds divergence_factor x the run's first one (NaN too)."""
+        if self.first_val is None:
+            self.first_val = val
+        elif not val <= self.tc.divergence_factor * self.first_val:
+            self.bad_evals += 1
+        else:
+            self.bad_evals = 0
 
     def _row(self, k: int, stats: dict, val: float | None) -> dict:
         """A metrics.jsonl row: step, tokens seen, train loss of step k (mean over its micro-batches and ranks),
@@ -639,6 +655,7 @@ class _Trainer:
                 "last_val_loss": self.last_val,
                 "last_val_accuracy": self.last_acc,
                 "last_eval_step": self.last_eval_step,
+                "first_val_loss": self.first_val,
                 "last_stats": self.last_stats,
                 "elapsed_s": self._elapsed(),
             }
@@ -704,7 +721,7 @@ class _Trainer:
         self._rollback()
         ckpt = find_checkpoint(self.run_dir)
         message = (
-            f"training diverged at step {d.step}: the {d.what} is {d.value} (lr {d.lr:.3g}); "
+            f"training diverged at step {d.step}: the {d.what} is {d.value:.6g}{d.why} (lr {d.lr:.3g}); "
             f"the last good checkpoint ({ckpt or 'none saved yet'}) is untouched; "
             f"try a lower train.lr, more train.warmup_steps or train.grad_clip > 0"
         )

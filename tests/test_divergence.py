@@ -1,0 +1,51 @@
+"""The divergence guard (issue 17, item 6): a validation loss that stays above divergence_factor x the run's first
+one for divergence_patience evaluations stops the run in one line, with status "diverged", and no checkpoint of
+the bad state replaces the last good one."""
+
+import json
+
+import pytest
+
+from attnlab.train import TrainingDiverged, find_checkpoint, read_metrics, train
+from attnlab.train.checkpoint import load_checkpoint
+from helpers import tiny
+
+SETTINGS = dict(train__max_steps=200, train__eval_interval=10, train__checkpoint_interval=10, train__sample_tokens=0,
+                train__eval_tokens=2048)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cache"))
+
+
+def test_lr_10_stops_with_one_line_and_keeps_the_good_checkpoint(tmp_path, cache_dir):
+    """lr 1e-3 for 20 steps (two good checkpoints), then resumed at lr 10: the loss blows up and the run stops."""
+    run = tmp_path / "run"
+    train(tiny(run, cache_dir, **{**SETTINGS, "train__max_steps": 20, "train__warmup_steps": 0}), quiet=True)
+    with pytest.raises(TrainingDiverged) as info:
+        train(tiny(run, cache_dir, **{**SETTINGS, "train__lr": 10.0, "train__min_lr": 0.0, "train__warmup_steps": 0}),
+              resume=run, quiet=True)
+    message = str(info.value)
+    assert "\n" not in message and "above 2 x its first value" in message and "3 evaluations in a row" in message
+    rows = [r for r in read_metrics(run / "metrics.jsonl") if r.get("val_loss") is not None]
+    first = rows[0]["val_loss"]
+    bad = [r["step"] for r in rows if r["val_loss"] > 2 * first]
+    assert bad == bad[:3] and len(bad) == 3 and bad[0] > 20  # three bad evaluations after the resume, then stop
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "diverged" and summary["steps"] == bad[-1]
+    assert load_checkpoint(find_checkpoint(run))["step"] == 20  # the last good checkpoint, not a bad one
+
+
+def test_patience_0_turns_the_guard_off(tmp_path, cache_dir):
+    summary = train(tiny(tmp_path / "run", cache_dir, **{**SETTINGS, "train__max_steps": 40, "train__lr": 10.0,
+                                                         "train__divergence_patience": 0}), quiet=True)
+    assert summary["status"] == "finished" and summary["final_val_loss"] > 2 * 4.0
+
+
+def test_bad_settings_are_one_line():
+    from attnlab.train import TrainConfig
+    from helpers import one_line_error
+
+    one_line_error(lambda: TrainConfig(divergence_factor=1.0), "train.divergence_factor")
+    one_line_error(lambda: TrainConfig(divergence_patience=-1), "train.divergence_patience")
