@@ -362,6 +362,7 @@ class _Trainer:
         if tc.init_from is not None:  # a resumed run then loads its own checkpoint over these (_restore)
             load_gpt2_weights(self.model, tc.init_from.removeprefix("hf:"))
         self.model = self.model.to(self.device)
+        self.model.check_token_range = False  # the data's tokenizer has the model's vocabulary: no per-step sync
         self.hooks = [*default_hooks(self.cfg, self.model), *hooks]
         self.hook_prefixes = tuple(prefix for hook in self.hooks for prefix in hook.prefixes)
         for hook in self.hooks:
