@@ -759,3 +759,15 @@ def test_hijack_protocol_sets_the_fixed_runs_beside_the_same_seeds_and_all_seeds
                     ["", "mx-1", "0, 1, 2", pct(mix1["rbf", 0]), pct(mix1["rbf", 4])],
                     ["mqa", "fx", "0", one(0.5), one(0.125)],
                     ["", "not run", "none", "n/a", "n/a"]]
+
+
+def test_one_gpu_per_child_when_there_are_several():
+    """issue 17 item 7: compare --jobs N spreads its children over the visible GPUs (CUDA_VISIBLE_DEVICES)."""
+    from attnlab.experiments.compare import pick_gpu, visible_gpus
+
+    assert visible_gpus({}, 4) == ["0", "1", "2", "3"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,5"}, 2) == ["2", "5"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}, 0) == []
+    gpus = ["2", "5"]
+    assert pick_gpu(gpus, []) == "2" and pick_gpu(gpus, ["2"]) == "5" and pick_gpu(gpus, ["2", "5"]) == "2"
+    assert pick_gpu(gpus, ["5", "5", "2"]) == "2" and pick_gpu([], ["x"]) is None

@@ -187,3 +187,18 @@ def test_causal_with_a_cache_equals_the_last_rows_of_full_causal_attention():
     full = attention(q, k, v, causal=True)
     for t in (1, 4):
         torch.testing.assert_close(attention(q[:, :, -t:], k, v, causal=True), full[:, :, -t:])
+
+
+def test_gqa_repeats_kv_where_cuda_float32_would_fall_back_to_the_math_kernel(monkeypatch):
+    """issue 17 item 7: enable_gqa only where a fused kernel takes it; the repeated-K/V path gives the same output."""
+    import importlib
+
+    attention_module = importlib.import_module("attnlab.functional.attention")
+
+    assert attention_module.sdpa_enable_gqa("cpu", torch.float32)
+    assert not attention_module.sdpa_enable_gqa("cuda", torch.float32)
+    assert attention_module.sdpa_enable_gqa("cuda", torch.bfloat16)
+    q, k, v = qkv(h_kv=2, dtype=torch.float32)
+    fused = attention(q, k, v, causal=True)
+    monkeypatch.setattr(attention_module, "sdpa_enable_gqa", lambda device, dtype: False)
+    torch.testing.assert_close(attention(q, k, v, causal=True), fused, rtol=1e-6, atol=1e-6)

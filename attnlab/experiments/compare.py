@@ -285,6 +285,12 @@ def _compare_locked(base, variants, seeds, grid, out_dir: Path, quiet, train_fn,
 # ------------------------------------------------------------------------------------------------ executors
 
 
+def _cuda_devices() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def _torch_threads() -> int:
     import torch
 
@@ -351,10 +357,25 @@ def _sigterm_as_keyboard_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+def visible_gpus(environ: dict, device_count: int) -> list[str]:
+    """The GPU ids this process may hand to children: CUDA_VISIBLE_DEVICES' entries when set, else 0..count-1."""
+    listed = environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [g.strip() for g in listed.split(",") if g.strip() and not g.strip().startswith("-")]
+    return [str(i) for i in range(device_count)]
+
+
+def pick_gpu(gpus: list[str], busy: list[str | None]) -> str | None:
+    """The least loaded of ``gpus`` given the GPUs of the running children (first on ties); None without GPUs."""
+    return min(gpus, key=busy.count) if gpus else None
+
+
 def _supervise(todo: list, out_dir: Path, jobs: int, threads: int, quiet: bool) -> None:
     logs = out_dir / LOGS_DIR
     logs.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    count = _cuda_devices()
+    gpus = visible_gpus(os.environ, count) if count > 1 else []  # one GPU per child when there are several
     pending, running, failures, stopping = list(todo), [], [], False
     with tempfile.TemporaryDirectory(prefix="attnlab-compare-") as tmp:
         while pending or running:
@@ -366,14 +387,17 @@ def _supervise(todo: list, out_dir: Path, jobs: int, threads: int, quiet: bool) 
                         continue
                     log = logs / f"{path.parent.name}-{path.name}.log"
                     cmd = _train_command(cfg, path, state, Path(tmp) / f"{len(running)}-{time.time_ns()}.toml")
+                    gpu = pick_gpu(gpus, [r[5] for r in running])
+                    child_env = env if gpu is None else {**env, "CUDA_VISIBLE_DEVICES": gpu}
                     with open(log, "a", encoding="utf-8") as fh:
                         # own session: a terminal's Ctrl-C reaches only this process, which forwards exactly
                         # one SIGINT (a second one would stop a child's checkpoint save)
-                        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=child_env,
                                                 start_new_session=True)
-                    running.append((head, path, log, proc, time.perf_counter()))
+                    running.append((head, path, log, proc, time.perf_counter(), gpu))
                     _say(quiet, f"{head} {'resuming' if state == 'resume' else 'starting'} "
-                                f"({path}, {threads} thread{'s' if threads > 1 else ''}, log {log})")
+                                f"({path}, {threads} thread{'s' if threads > 1 else ''}"
+                                f"{'' if gpu is None else f', GPU {gpu}'}, log {log})")
                 if not running:
                     break
                 time.sleep(0.2)
@@ -386,7 +410,7 @@ def _supervise(todo: list, out_dir: Path, jobs: int, threads: int, quiet: bool) 
                 continue
             for item in [r for r in running if r[3].poll() is not None]:
                 running.remove(item)
-                head, path, log, proc, start = item
+                head, path, log, proc, start, _ = item
                 summary = read_summary(path) or {}
                 if proc.returncode != 0 and summary.get("status") not in ("diverged", "interrupted"):
                     failures.append(f"{head} exited with status {proc.returncode}; see {log}")

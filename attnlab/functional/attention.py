@@ -30,6 +30,17 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
 
 
+def sdpa_enable_gqa(device_type: str, dtype: torch.dtype) -> bool:
+    """Whether grouped K/V heads go to SDPA as they are (enable_gqa=True) rather than repeated to n_head.
+
+    On CUDA only the flash kernel takes enable_gqa, and it runs in float16 / bfloat16 only: a float32 call with
+    enable_gqa would fall back to the slow math kernel, while repeated K/V keep the memory-efficient one. The CPU
+    kernels take enable_gqa in every dtype (torch >= 2.5)."""
+    if not _SDPA_HAS_GQA:
+        return False
+    return device_type != "cuda" or dtype in (torch.float16, torch.bfloat16)
+
+
 def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", return_weights=False, backend="auto",
               value_gate=False):
     """Whether :func:`attention` will call SDPA for these options (value_gate: whether one is given).
@@ -117,9 +128,10 @@ def attention(
         if kernel == "rbf":
             q, k = rbf_augment(q, k)  # softmax(-||q-k||^2 s/2T) = softmax(<q',k'> s/T)
             v = F.pad(v, (0, q.shape[-1] - dv))  # fused CPU kernels need v as wide as q and k
-        if h != h_kv and not _SDPA_HAS_GQA:
+        gqa = h != h_kv and sdpa_enable_gqa(q.device.type, q.dtype)
+        if h != h_kv and not gqa:
             k, v = repeat_kv(k, h // h_kv), repeat_kv(v, h // h_kv)
-        extra = {"enable_gqa": True} if (h != h_kv and _SDPA_HAS_GQA) else {}
+        extra = {"enable_gqa": True} if gqa else {}
         mask = keep  # boolean [.., T, S], or None
         if bias is not None:  # softmax(z + prior + (-inf) U): one float mask [B, H, T, S]
             bias = bias.to(q.dtype)
