@@ -4,6 +4,7 @@ With apply_to="logits" the same module returns a logit prior instead of a gate (
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -13,6 +14,21 @@ from ..functional import magnitude as M
 from ..functional.magnitude import FORMS
 from ..functional.magnitude_kernel import gaussian_key_weights, lowrank_key_weights
 from ..functional.magnitude_lowrank import CHUNK, LANDMARK_INIT_STD, RANK
+
+
+@contextlib.contextmanager
+def ieee_float32(device_type: str):
+    """Float32 matmuls at full precision inside the block on CUDA, whatever TF32 setting the run uses outside it:
+    the gate's Gram matrices and solves lose ~3 digits to TF32's 10-bit mantissa, which eps = 1e-3 cannot absorb."""
+    if device_type != "cuda":
+        yield
+        return
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 class MagnitudeGate(nn.Module):
@@ -111,7 +127,8 @@ class MagnitudeGate(nn.Module):
         return w, (y * y).sum(-1), M.SolveInfo(residual, 0, jitter)
 
     def forward(self, k: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(k.device.type, enabled=False):  # no bfloat16 solves under mixed precision
+        # no bfloat16 solves under mixed precision, no TF32 matmuls in them (ieee_float32)
+        with torch.autocast(k.device.type, enabled=False), ieee_float32(k.device.type):
             w, mag, info = self.weights(k, with_residual=self.record_stats)
             if self.apply_to == "logits":
                 g = M.log_prior(w)  # log max(w, PRIOR_FLOOR): added to the logits, p_ij ~ w_ij exp(z_ij)

@@ -76,7 +76,8 @@ def _sync(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
-def measure_matmul_gflops(device: torch.device | str = "cpu", size: int | None = None, repeats: int = 10) -> float:
+def measure_matmul_gflops(device: torch.device | str = "cpu", size: int | None = None, repeats: int = 10,
+                          dtype: torch.dtype = torch.float32) -> float:
     """Best observed float32 GFLOP/s of an n x n @ n x n matmul (2 n³ FLOPs) over ``repeats`` timed runs.
 
     n defaults to 1024 on CPU and 4096 on GPUs (large enough to saturate them). One warm-up run first.
@@ -84,8 +85,8 @@ def measure_matmul_gflops(device: torch.device | str = "cpu", size: int | None =
     device = torch.device(device)
     n = size or (1024 if device.type == "cpu" else 4096)
     gen = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=gen).to(device)
-    b = torch.randn(n, n, generator=gen).to(device)
+    a = torch.randn(n, n, generator=gen).to(device, dtype)
+    b = torch.randn(n, n, generator=gen).to(device, dtype)
     best = float("inf")
     for i in range(repeats + 1):
         _sync(device)
@@ -97,27 +98,31 @@ def measure_matmul_gflops(device: torch.device | str = "cpu", size: int | None =
     return 2 * n**3 / best / 1e9
 
 
-def _peak_key(device: torch.device) -> str:
-    return f"{device.type}|{device_name(device)}|torch {torch.__version__}"
+def _peak_key(device: torch.device, dtype: torch.dtype = torch.float32) -> str:
+    key = f"{device.type}|{device_name(device)}|torch {torch.__version__}"
+    return key if dtype == torch.float32 else f"{key}|{str(dtype).removeprefix('torch.')}"
 
 
-def matmul_peak_gflops(device: torch.device | str = "cpu", cache_dir: str | Path | None = None) -> float:
-    """The device's measured float32 matmul peak in GFLOP/s, measured once and cached as JSON.
+def matmul_peak_gflops(device: torch.device | str = "cpu", cache_dir: str | Path | None = None,
+                       dtype: torch.dtype = torch.float32) -> float:
+    """The device's measured matmul peak in ``dtype`` in GFLOP/s (the run's compute dtype: a bfloat16 run is
+    measured against the bfloat16 peak, not the float32 one; a float32 run on CUDA with the trainer's TF32 on),
+    measured once and cached as JSON.
 
     The cache is ``<cache_dir>/matmul_peak.json`` (default: :func:`attnlab.data.default_cache_dir`), keyed by
-    device model, thread count and torch version. A corrupt or unwritable cache is ignored.
+    device model, thread count, torch version and dtype. A corrupt or unwritable cache is ignored.
     """
     from ..data import default_cache_dir
 
     device = torch.device(device)
     path = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     path = path / PEAK_FILE
-    key = _peak_key(device)
+    key = _peak_key(device, dtype)
     table = _read_json(path)
     entry = table.get(key)
     if isinstance(entry, dict) and isinstance(entry.get("gflops"), (int, float)) and entry["gflops"] > 0:
         return float(entry["gflops"])
-    gflops = measure_matmul_gflops(device)
+    gflops = measure_matmul_gflops(device, dtype=dtype)
     table[key] = {"gflops": gflops, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     _write_json(path, table)
     return gflops

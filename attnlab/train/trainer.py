@@ -245,6 +245,17 @@ def _resolve(cfg: RunConfig | None, resume) -> tuple[RunConfig, Path, bool]:
     return saved.replace(out_dir=str(run_dir)), run_dir, True
 
 
+def configure_tf32(device_type: str, dtype: str) -> bool:
+    """TF32 for float32 matmuls and convolutions on CUDA (Ampere and later: ~8x the float32 matmul rate at a 10-bit
+    mantissa), as nanoGPT does; the magnitude gate switches it off around its solves (attnlab.nn.gates.
+    ieee_float32). Returns whether it was switched on (float32 runs on CUDA only)."""
+    on = device_type == "cuda" and dtype == "float32"
+    if on:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return on
+
+
 def _resolve_device(name: str) -> torch.device:
     """train.device -> torch.device ("auto": cuda, else mps, else cpu); ConfigError if unavailable."""
     mps = getattr(torch.backends, "mps", None)
@@ -302,6 +313,7 @@ class _Trainer:
         self.owns_group = D.init_distributed(self.info, device.type)
         try:
             self.device = D.device_for(self.info, device.type)
+            configure_tf32(self.device.type, self.tc.dtype)
             self.run_dir = Path(D.broadcast_object(str(run_dir), self.info))  # ranks agree on a timestamped name
             self._lock_run_dir()
             self._check_run_dir(resuming)
@@ -750,7 +762,8 @@ class _Trainer:
         tps = tokens / seconds if seconds > 0 else None
         peak = None
         if self.info.is_main and tps:
-            peak = matmul_peak_gflops(self.device, self.cfg.data.cache_dir or default_cache_dir())
+            peak = matmul_peak_gflops(self.device, self.cfg.data.cache_dir or default_cache_dir(),
+                                      _DTYPES[self.tc.dtype] or torch.float32)
         ckpt = find_checkpoint(self.run_dir) if self.info.is_main else None
         summary = {
             "status": status,

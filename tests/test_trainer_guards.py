@@ -1,4 +1,4 @@
-"""The divergence guard (issue 17, item 6): a validation loss that stays above divergence_factor x the run's first
+"""Guards of the trainer (issue 17, items 6 and 7). The divergence guard: a validation loss that stays above divergence_factor x the run's first
 one for divergence_patience evaluations stops the run in one line, with status "diverged", and no checkpoint of
 the bad state replaces the last good one."""
 
@@ -49,3 +49,22 @@ def test_bad_settings_are_one_line():
 
     one_line_error(lambda: TrainConfig(divergence_factor=1.0), "train.divergence_factor")
     one_line_error(lambda: TrainConfig(divergence_patience=-1), "train.divergence_patience")
+
+
+def test_tf32_on_for_cuda_float32_and_off_inside_the_magnitude_gate(monkeypatch):
+    """issue 17 item 7, checked on CPU through the flags themselves (torch keeps them on CPU builds too)."""
+    import torch
+
+    from attnlab.nn.gates import ieee_float32
+    from attnlab.train.trainer import configure_tf32
+
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    assert not configure_tf32("cpu", "float32") and not configure_tf32("cuda", "bfloat16")
+    assert not torch.backends.cuda.matmul.allow_tf32
+    assert configure_tf32("cuda", "float32") and torch.backends.cuda.matmul.allow_tf32
+    with ieee_float32("cuda"):
+        assert not torch.backends.cuda.matmul.allow_tf32
+    assert torch.backends.cuda.matmul.allow_tf32  # restored after the gate
+    with ieee_float32("cpu"):
+        assert torch.backends.cuda.matmul.allow_tf32  # CPU matmuls have no TF32: nothing to switch
