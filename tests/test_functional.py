@@ -202,3 +202,18 @@ def test_gqa_repeats_kv_where_cuda_float32_would_fall_back_to_the_math_kernel(mo
     fused = attention(q, k, v, causal=True)
     monkeypatch.setattr(attention_module, "sdpa_enable_gqa", lambda device, dtype: False)
     torch.testing.assert_close(attention(q, k, v, causal=True), fused, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("offset", [2.0, 6.0])
+def test_rbf_in_bfloat16_keeps_the_norm_coordinate_accurate(offset):
+    """issue 17 item 7: keys away from the origin make c = -||k||^2/2 large (here |c| ~ 64 offset^2). Rounded to
+    one bfloat16 coordinate it would cost 0.09 (offset 2) to 2.7 (offset 6) in the output, measured with the
+    split removed; carried as hi + lo the error stays at bfloat16's own level for the dot kernel (~0.007): 0.02
+    allows three bfloat16 steps of a unit-size output."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 64, 64, generator=g) for _ in range(3))
+    q, k = (q * offset / 2).bfloat16(), (k * offset / 2 + offset).bfloat16()
+    v = v.bfloat16()
+    ref, _ = attention_ref(q.double(), k.double(), v.double(), kernel="rbf", causal=True)
+    out = attention(q, k, v, kernel="rbf", causal=True).float().numpy()
+    assert np.abs(out - ref).max() < 0.02

@@ -57,13 +57,23 @@ def rbf_augment(q: torch.Tensor, k: torch.Tensor, multiple: int = 8) -> tuple[to
     q' = [q, 1, 0...], k' = [k, -||k||^2 / 2, 0...] gives <q', k'> = <q, k> - ||k||^2 / 2, which equals
     -||q - k||^2 / 2 up to the per-row constant -||q||^2 / 2 that softmax removes. Zero-padded to a multiple
     of ``multiple`` so the head size stays friendly to fused kernels.
+
+    In float16 / bfloat16 the extra coordinate c = -||k||^2 / 2 is large next to the logit differences that matter
+    (|c| ~ d / 2 for unit-variance keys) and would be rounded to 11 / 8 bits. It is therefore carried as two
+    half-precision coordinates, c = hi + lo with hi = round(c) and lo = round(c - hi), each met by a 1 in q': the
+    kernels accumulate in float32, so c keeps about twice the bits (tests/test_functional.py measures the error).
     """
     d = q.shape[-1]
-    width = -(-(d + 1) // multiple) * multiple
+    split = q.dtype in (torch.float16, torch.bfloat16)
+    width = -(-(d + 1 + split) // multiple) * multiple
     q_aug = q.new_zeros(*q.shape[:-1], width)
     k_aug = k.new_zeros(*k.shape[:-1], width)
     q_aug[..., :d] = q
-    q_aug[..., d] = 1.0
+    q_aug[..., d:d + 1 + split] = 1.0
     k_aug[..., :d] = k
-    k_aug[..., d] = -0.5 * (k * k).sum(-1)
+    wide = k.float() if split else k
+    c = -0.5 * (wide * wide).sum(-1)  # at least float32
+    k_aug[..., d] = c.to(k.dtype)
+    if split:
+        k_aug[..., d + 1] = (c - k_aug[..., d].float()).to(k.dtype)  # what rounding c to half precision lost
     return q_aug, k_aug
