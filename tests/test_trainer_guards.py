@@ -68,3 +68,21 @@ def test_tf32_on_for_cuda_float32_and_off_inside_the_magnitude_gate(monkeypatch)
     assert torch.backends.cuda.matmul.allow_tf32  # restored after the gate
     with ieee_float32("cpu"):
         assert torch.backends.cuda.matmul.allow_tf32  # CPU matmuls have no TF32: nothing to switch
+
+
+def test_mfu_counts_the_magnitude_gates():
+    """issue 17 item 7: the gates' FLOPs (absent from 6 N) are counted; at least the Gram matrix of every gate,
+    2 T^2 d per K/V head forward (a closed-form floor), and nothing for a model without gates."""
+    import torch
+
+    from attnlab import GPT, GPTConfig
+    from attnlab.train.flops import gate_flops_per_token
+
+    t, d = 64, 16
+    for attention in ("magnitude-causal", "magnitude-prefix"):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(vocab_size=30, block_size=t, n_layer=2, n_head=2, n_embd=2 * d, attention=attention))
+        per_token = gate_flops_per_token(model, t)
+        assert per_token >= 2 * (2 * t * t * d) // t, attention  # 2 layers x 2 heads x 2 T^2 d / T
+        assert all(p.grad is None for p in model.parameters())  # the count leaves no gradients behind
+    assert gate_flops_per_token(GPT(GPTConfig(vocab_size=30, block_size=t, n_layer=2, n_head=2, n_embd=32)), t) == 0

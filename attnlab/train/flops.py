@@ -19,7 +19,7 @@ from torch import nn
 from ..atomic import write_text
 from ..config import GPTConfig
 
-__all__ = ["matmul_params", "flops_per_token", "device_name", "measure_matmul_gflops", "matmul_peak_gflops", "mfu"]
+__all__ = ["matmul_params", "flops_per_token", "gate_flops_per_token", "device_name", "measure_matmul_gflops", "matmul_peak_gflops", "mfu"]
 
 PEAK_FILE = "matmul_peak.json"
 
@@ -46,6 +46,28 @@ def flops_per_token(n_params: int, cfg: GPTConfig) -> int:
     ``n_params`` is N as defined by :func:`matmul_params`.
     """
     return 6 * n_params + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
+
+
+def gate_flops_per_token(model: nn.Module, block_size: int) -> int:
+    """Training FLOPs per token of the model's magnitude gates (seed 000), which 6 N does not see: the Gram matrix,
+    the factorisation and the solves of every gate, forward and backward, counted by torch's FlopCounterMode on
+    one sequence of ``block_size`` random keys per gate (the counter sees the matmuls of the blocked solver; the
+    LAPACK work on its 32 x 32 diagonal blocks, a few percent at T >= 256, is not counted). 0 without gates."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ..nn.gates import magnitude_gates
+
+    total = 0
+    for gate in magnitude_gates(model):
+        attn = next(m for m in model.modules() if getattr(m, "magnitude", None) is gate)
+        param = next(gate.parameters())
+        k = torch.randn(1, attn.n_kv_head, block_size, attn.head_dim, device=param.device, dtype=param.dtype,
+                        requires_grad=True)
+        with FlopCounterMode(display=False) as counter:
+            gate(k).float().sum().backward()
+        total += counter.get_total_flops()
+    model.zero_grad(set_to_none=True)
+    return total // block_size
 
 
 def device_name(device: torch.device | str) -> str:

@@ -80,7 +80,7 @@ from . import distributed as D
 from .checkpoint import WEIGHTS, find_checkpoint, load_checkpoint, load_weights, save_checkpoint
 from .config import RunConfig
 from .hooks import TrainHook, default_hooks
-from .flops import device_name, flops_per_token, matmul_params, matmul_peak_gflops, mfu
+from .flops import device_name, flops_per_token, gate_flops_per_token, matmul_params, matmul_peak_gflops, mfu
 from .optim import lr_at, make_optimizer, set_lr
 from .plots import plot_losses
 from .trackers import check_trackers, close_trackers, log_row, open_trackers
@@ -399,7 +399,8 @@ class _Trainer:
         self.stop_requested = self.stop_agreed = False
         self.snapshot = None
         self.tokens_per_step = tc.batch_size * tc.grad_accum * self.cfg.model.block_size
-        self.flops_per_token = flops_per_token(matmul_params(self.model), self.cfg.model)
+        self.flops_per_token = (flops_per_token(matmul_params(self.model), self.cfg.model)
+                                + gate_flops_per_token(self.model, self.cfg.model.block_size))
 
     def _restore(self) -> None:
         """Load the latest complete checkpoint of the run directory (none: start from scratch in it)."""
@@ -752,7 +753,8 @@ class _Trainer:
         status "finished" | "interrupted" | "diverged"; steps (completed optimizer steps); final_val_loss (the
         latest validation, at step final_val_step) and best_val_loss; final_train_loss (of the last step);
         tokens_seen; wall_time_s (from model construction to now, summed over resumed sessions); n_params (all,
-        tied counted once) and n_params_non_embedding; flops_per_token (see flops.flops_per_token);
+        tied counted once) and n_params_non_embedding; flops_per_token (flops.flops_per_token plus the
+        magnitude gates' flops.gate_flops_per_token);
         tokens_per_s (this session's training steps without its first one; global under DDP); mfu =
         tokens_per_s * flops_per_token / (matmul_peak_gflops * 1e9 * world_size); variant, preset, seed, device,
         device_name, dtype, world_size, run_dir (= out_dir), checkpoint (the latest complete checkpoint folder); plus
