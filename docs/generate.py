@@ -19,7 +19,8 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
 - ``LOWRANK-ERROR:<dir>[:<stem>]``: the low-rank magnitude solver's error table from ``results/<dir>/error.json``
   (or ``<stem>.json``)
   (:func:`attnlab.experiments.lowrank_error.error_table`);
-- ``BENCH-LONG:<dir>``: the rows of ``benchmarks/magnitude.py --long`` saved in ``results/<dir>/bench_long.json``.
+- ``BENCH-LONG:<dir>``: the rows of ``benchmarks/magnitude.py --long`` saved in ``results/<dir>/bench_long.json``;
+- ``BENCH-GENERATE``: the rows of ``benchmarks/generate.py`` saved in ``results/benchmarks/generate.json``.
 
 Blocks with other names (the hand-written ``MAGNITUDE-TEXT`` and the like) are left alone. tests/test_docs.py
 imports this file and checks that every committed block equals what it generates, so the text cannot drift from
@@ -232,6 +233,22 @@ def bench_long_block(name: str) -> str:
     return "\n".join(lines) + f"\n\nScaling exponents (log-log slope of time against T): {slopes}.\n"
 
 
+def bench_generate_block() -> str:
+    """The rows of a saved ``benchmarks/generate.py`` run: tokens/s with and without the K/V cache."""
+    import json
+
+    bench = json.loads((ROOT / "results" / "benchmarks" / "generate.json").read_text())
+    lines = ["| variant | tokens | cached tokens/s | recomputed tokens/s | speedup | same tokens |",
+             "|---|---|---|---|---|---|"]
+    for r in bench["rows"]:
+        lines.append(f"| `{r['variant']}` | {r['tokens']} | {r['cached_tokens_per_s']:,} | "
+                     f"{r['recomputed_tokens_per_s']:,} | {r['speedup']}x | {'yes' if r['same_tokens'] else 'NO'} |")
+    m = bench["model"]
+    return "\n".join(lines) + (f"\n\n{m['n_layer']} layers, {m['n_head']} heads, width {m['n_embd']}, {m['pos']} "
+                               f"positions, batch {bench['rows'][0]['batch']}, {bench['threads']} thread(s), "
+                               f"torch {bench['torch']}.\n")
+
+
 # ------------------------------------------------------------------------------------------------------- pages
 
 
@@ -254,6 +271,8 @@ def render(name: str, page: Path) -> str | None:
         return hijack_protocol_block(name.split(":", 1)[1])
     if name.startswith("BENCH-LONG:"):
         return bench_long_block(name.split(":", 1)[1])
+    if name == "BENCH-GENERATE":
+        return bench_generate_block()
     if name.startswith("LOWRANK-ERROR:"):
         import json
 
