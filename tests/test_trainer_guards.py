@@ -86,3 +86,30 @@ def test_mfu_counts_the_magnitude_gates():
         assert per_token >= 2 * (2 * t * t * d) // t, attention  # 2 layers x 2 heads x 2 T^2 d / T
         assert all(p.grad is None for p in model.parameters())  # the count leaves no gradients behind
     assert gate_flops_per_token(GPT(GPTConfig(vocab_size=30, block_size=t, n_layer=2, n_head=2, n_embd=32)), t) == 0
+
+
+def test_the_fused_optimizer_skips_a_flagged_step_on_the_device():
+    """issue 17 item 6: the trainer reads the loss on the host only at logged steps; a non-finite step in between is
+    skipped by make_optimizer's fused AdamW through found_inf: weights, moments and step count stay as they were."""
+    import torch
+
+    from attnlab import GPT, GPTConfig
+    from attnlab.train import TrainConfig, make_optimizer
+
+    model = GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8))
+    opt = make_optimizer(model, TrainConfig(), "cpu")
+    assert opt.defaults["fused"]
+    for group in opt.param_groups:
+        group["lr"] = 1e-2  # lr_at(0) is 0 (warm-up)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for p in model.parameters():
+        p.grad = torch.full_like(p, float("nan"))
+    opt.found_inf = torch.ones(())
+    opt.step()
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(float(s["step"]) == 0 for s in opt.state.values())
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    opt.found_inf = torch.zeros(())
+    opt.step()
+    assert not torch.equal(before["wte.weight"], model.wte.weight)

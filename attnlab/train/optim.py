@@ -73,8 +73,10 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, device_type: str = "cpu") -> torch.optim.AdamW:
-    """AdamW over :func:`param_groups` (fused kernel on CUDA); the lr is set every step from :func:`lr_at`."""
-    extra = {"fused": True} if device_type == "cuda" else {}
+    """AdamW over :func:`param_groups` (the fused kernel on CPU and CUDA: ~4x faster than the foreach one on the
+    `cpu` preset's CPU, and its found_inf flag lets the trainer skip a non-finite step without a host read); the
+    lr is set every step from :func:`lr_at`."""
+    extra = {"fused": True} if device_type in ("cpu", "cuda") else {}
     return torch.optim.AdamW(
         param_groups(model, cfg.weight_decay), lr=lr_at(0, cfg), betas=(cfg.beta1, cfg.beta2), **extra
     )

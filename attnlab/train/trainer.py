@@ -398,6 +398,7 @@ class _Trainer:
         self.phase = "idle"
         self.stop_requested = self.stop_agreed = False
         self.snapshot = None
+        self.bad_step = torch.zeros((), dtype=torch.long, device=self.device)  # first non-finite step (0: none)
         self.tokens_per_step = tc.batch_size * tc.grad_accum * self.cfg.model.block_size
         self.flops_per_token = (flops_per_token(matmul_params(self.model), self.cfg.model)
                                 + gate_flops_per_token(self.model, self.cfg.model.block_size))
@@ -505,13 +506,27 @@ class _Trainer:
             total += loss.detach().float()
         return total / ga
 
-    def _grad_norm(self) -> float:
-        """Global gradient norm before clipping; clips to train.grad_clip when it is > 0."""
+    def _grad_norm(self) -> torch.Tensor:
+        """Global gradient norm before clipping (a 0-d tensor, not read); clips to train.grad_clip when > 0."""
         self.scaler.unscale_(self.optimizer)
         params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
         if self.tc.grad_clip > 0:
-            return float(nn.utils.clip_grad_norm_(params, self.tc.grad_clip))
-        return float(nn.utils.get_total_norm([p.grad for p in params]))
+            return nn.utils.clip_grad_norm_(params, self.tc.grad_clip)
+        return nn.utils.get_total_norm([p.grad for p in params])
+
+    @property
+    def _skips_on_device(self) -> bool:
+        """Whether a non-finite step is skipped by the fused AdamW kernel itself (its found_inf flag), so that the
+        loss and the gradient norm are read on the host only at logging, evaluation and checkpoint steps. Not under
+        fp16's GradScaler (which sets found_inf itself) nor DDP (whose stop vote is read every step anyway)."""
+        return bool(self.optimizer.defaults.get("fused")) and not self.scaler.is_enabled() and not self.info.enabled
+
+    def _check_finite(self) -> None:
+        """Raise _Diverged for the first step whose loss or gradient norm was not finite (its update was skipped)."""
+        if self.bad_step is not None and int(self.bad_step) > 0:
+            step = int(self.bad_step)
+            raise _Diverged(step, "training loss or gradient norm", float("nan"), lr_at(step, self.tc),
+                            " (not finite; that step's update and any later non-finite one were skipped)")
 
     def _train_step(self) -> dict:
         """Take step self.step + 1; raises _Diverged (before updating anything) on a non-finite loss."""
@@ -529,18 +544,31 @@ class _Trainer:
         finally:
             for hook in self.hooks:
                 hook.step_ends(self.model)
-        reduced = D.all_reduce(torch.stack([loss, torch.tensor(float(self.stop_requested), device=self.device)]),
-                               self.info)
-        loss_value = float(reduced[0]) / self.info.world_size
-        self.stop_agreed = bool(reduced[1] > 0)
-        if not math.isfinite(loss_value):
-            raise _Diverged(k, "training loss", loss_value, lr)
-        grad_norm = self._grad_norm()
-        if not self.scaler.is_enabled() and not math.isfinite(grad_norm):
-            raise _Diverged(k, "gradient norm", grad_norm, lr)
-        self.phase = "update"
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+        read = record or self._eval_due(k) or self._checkpoint_due(k) or k >= self.tc.max_steps
+        if self._skips_on_device:  # no host read of the loss or the norm unless this step is logged or saved
+            self.stop_agreed = self.stop_requested
+            grad_norm = self._grad_norm()
+            bad = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
+            self.bad_step = torch.where(bad & (self.bad_step == 0), k, self.bad_step)
+            if read or self.stop_agreed:  # before this step's update, as on the host-checked path
+                self._check_finite()
+            self.phase = "update"
+            self.optimizer.found_inf = bad.to(torch.float32)  # the fused kernel leaves params and state alone
+            self.optimizer.step()
+            loss_value, grad_norm = (float(loss), float(grad_norm)) if read else (None, None)
+        else:
+            reduced = D.all_reduce(torch.stack([loss, torch.tensor(float(self.stop_requested), device=self.device)]),
+                                   self.info)
+            loss_value = float(reduced[0]) / self.info.world_size
+            self.stop_agreed = bool(reduced[1] > 0)
+            if not math.isfinite(loss_value):
+                raise _Diverged(k, "training loss", loss_value, lr)
+            grad_norm = float(self._grad_norm())
+            if not self.scaler.is_enabled() and not math.isfinite(grad_norm):
+                raise _Diverged(k, "gradient norm", grad_norm, lr)
+            self.phase = "update"
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.step, self.tokens = k, self.tokens + self.tokens_per_step
         self.phase = "bookkeeping"
@@ -690,8 +718,9 @@ class _Trainer:
                 stats = self._train_step()
                 self._bookkeeping(self.step, stats)
                 bar.update(1)
-                tok_s = self.tokens_per_step / max(stats["step_time_s"], 1e-9)
-                bar.set_postfix(loss=f"{stats['train_loss']:.4f}", tok_s=f"{tok_s:.0f}", refresh=False)
+                if stats["train_loss"] is not None:  # read on the host at logged steps only (_skips_on_device)
+                    tok_s = self.tokens_per_step / max(stats["step_time_s"], 1e-9)
+                    bar.set_postfix(loss=f"{stats['train_loss']:.4f}", tok_s=f"{tok_s:.0f}", refresh=False)
                 if after_step is not None:
                     after_step(self.step)
             if self.step < self.tc.max_steps:
