@@ -140,6 +140,8 @@ def test_results_blocks_are_the_shipped_runs():
         for name, block in re.findall(r"<!-- RESULTS:([\w-]+):BEGIN -->\n(.*?)<!-- RESULTS:\1:END -->", text, re.S):
             found.setdefault(name, []).append((page, block))
         other.update(re.findall(r"<!-- (?:LOWRANK-ERROR|HIJACK-PROTOCOL):([\w-]+)[:\w-]*:BEGIN -->", text))
+        if "<!-- BENCH-GENERATE:BEGIN -->" in text:
+            other.add("benchmarks")  # results/benchmarks: saved benchmark runs (BENCH-GENERATE)
     shipped = sorted(p.name for p in (ROOT / "results").iterdir() if p.is_dir())
     assert sorted(set(found) | other) == shipped
     for name, quotes in found.items():
