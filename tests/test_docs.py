@@ -326,3 +326,14 @@ def test_magnitude_long_training_prose_is_the_results():
 
     low, exact, std = speed("magnitude-causal-lowrank"), speed("magnitude-causal"), speed("standard")
     assert f"at {low / exact:.1f}x the exact form's speed" in page and f"so {low / std:.2f}x of it" in page
+
+
+def test_the_train_step_numbers_on_the_speed_page_are_the_saved_benchmark():
+    import json
+
+    bench = json.loads((ROOT / "results" / "benchmarks" / "train_step.json").read_text())
+    text = (ROOT / "docs" / "speed.md").read_text()
+    for number in (f"{bench['median_step_ms']['attnlab']:.1f} ms", f"{bench['median_step_ms']['reference']:.1f} ms",
+                   f"ratio of {bench['ratio']}", f"({bench['step0_loss']['attnlab']})", f"{bench['steps_each']} steps"):
+        assert number in text, number
+    assert bench["step0_loss"]["attnlab"] == bench["step0_loss"]["reference"]
