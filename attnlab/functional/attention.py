@@ -120,10 +120,11 @@ def attention(
     seen, bias = _split_mask(attn_mask, (b, h, t, s), normalizer)  # boolean / additive parts of attn_mask
     bias = logit_prior if bias is None else (bias if logit_prior is None else bias + logit_prior)
     full = causal and s == t and seen is None and bias is None  # SDPA's is_causal covers the causal mask alone
-    keep = causal_keep(t, s, device=q.device) if causal else None  # [T, S], j <= S - T + i
+    sdpa = uses_sdpa(normalizer=normalizer, causal=causal, mask_form=mask_form, return_weights=return_weights,
+                     backend=backend, value_gate=value_gate is not None)
+    keep = causal_keep(t, s, device=q.device) if causal and not (sdpa and full) else None  # [T, S], j <= S - T + i
     keep = seen if keep is None else (keep if seen is None else keep & seen)
-    if uses_sdpa(normalizer=normalizer, causal=causal, mask_form=mask_form,
-                 return_weights=return_weights, backend=backend, value_gate=value_gate is not None):
+    if sdpa:
         dv = v.shape[-1]
         if kernel == "rbf":
             q, k = rbf_augment(q, k)  # softmax(-||q-k||^2 s/2T) = softmax(<q',k'> s/T)
@@ -137,7 +138,7 @@ def attention(
             bias = bias.to(q.dtype)
             mask = bias.expand(*bias.shape[:-2], t, s) if keep is None else torch.where(keep, bias, float("-inf"))
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=None if full else mask, is_causal=full, dropout_p=dropout_p,
+            q, k, v, attn_mask=mask, is_causal=full, dropout_p=dropout_p,
             scale=scale / temperature, **extra
         )
         return out[..., :dv] if out.shape[-1] != dv else out
