@@ -19,20 +19,19 @@ def _tokens(run_dir, text: str | None, seed: int):
     """(model, idx [1, T], token labels): the text encoded by the run's tokenizer, or one sequence of the run's
     task (seeded) when no text is given."""
     model, tokenizer, cfg = load_run(run_dir)
-    task = task_name(cfg.data.source)
+    name = task_name(cfg.data.source)
+    task = None if name is None else TaskDataset.build(name, cfg.data.task).task
+    if text is None and task is None:
+        raise ConfigError(f"{run_dir} was trained on {cfg.data.source!r}: give the tokens to look at with --text")
     if text is None:
-        if task is None:
-            raise ConfigError(f"{run_dir} was trained on {cfg.data.source!r}: give the tokens to look at with --text")
-        x, _ = TaskDataset.build(task, cfg.data.task).task.sample(1, np.random.default_rng(seed))
-        ids = x[0].tolist()
+        ids = task.sample(1, np.random.default_rng(seed))[0][0].tolist()
+    else:
+        ids = _encode(tokenizer, text, cfg.model.block_size)
     if task is not None:  # the task's own names (k3, v0, ...)
-        names = TaskDataset.build(task, cfg.data.task).task.token_name
-        if text is not None:
-            ids = _encode(tokenizer, text, cfg.model.block_size)
-        return model, torch.tensor([ids], dtype=torch.long), [names(i) for i in ids]
-    ids = _encode(tokenizer, text, cfg.model.block_size)
-    labels = [tokenizer.decode([i]) for i in ids]
-    labels = [repr(s)[1:-1] if s.isspace() or not s.isprintable() else s for s in labels]
+        labels = [task.token_name(i) for i in ids]
+    else:
+        labels = [tokenizer.decode([i]) for i in ids]
+        labels = [repr(s)[1:-1] if s.isspace() or not s.isprintable() else s for s in labels]
     return model, torch.tensor([ids], dtype=torch.long), labels
 
 
