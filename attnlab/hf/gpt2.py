@@ -181,8 +181,9 @@ def export_gpt2(model, dest, hf_tokenizer=None) -> Path:
     except ImportError:
         raise ConfigError("export to Hugging Face needs transformers: pip install 'attnlab[hf]'") from None
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**gpt2_hf_config(model.config)))
-    hf.load_state_dict(to_gpt2_state_dict(model), strict=False)  # the attention-mask buffers are not weights
-    missing = set(hf.state_dict()) - set(to_gpt2_state_dict(model))
+    state = to_gpt2_state_dict(model)
+    hf.load_state_dict(state, strict=False)  # the attention-mask buffers are not weights
+    missing = set(hf.state_dict()) - set(state)
     if any(not name.endswith((".attn.bias", ".attn.masked_bias")) for name in missing):
         raise ConfigError(f"GPT-2 export left weights unset: {sorted(missing)[:3]}")
     dest = Path(dest)
