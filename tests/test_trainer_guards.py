@@ -51,23 +51,28 @@ def test_bad_settings_are_one_line():
     one_line_error(lambda: TrainConfig(divergence_patience=-1), "train.divergence_patience")
 
 
-def test_tf32_on_for_cuda_float32_and_off_inside_the_magnitude_gate(monkeypatch):
-    """issue 17 item 7, checked on CPU through the flags themselves (torch keeps them on CPU builds too)."""
+def test_tf32_on_for_cuda_float32_and_off_inside_the_magnitude_gate():
+    """issue 17 item 7, checked on CPU through the flags themselves (torch keeps them on CPU builds too). The flags
+    are module properties, not attributes, so they are saved and restored by hand (monkeypatch cannot undo them)."""
     import torch
 
     from attnlab.nn.gates import ieee_float32
     from attnlab.train.trainer import configure_tf32
 
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    assert not configure_tf32("cpu", "float32") and not configure_tf32("cuda", "bfloat16")
-    assert not torch.backends.cuda.matmul.allow_tf32
-    assert configure_tf32("cuda", "float32") and torch.backends.cuda.matmul.allow_tf32
-    with ieee_float32("cuda"):
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        assert not configure_tf32("cpu", "float32") and not configure_tf32("cuda", "bfloat16")
         assert not torch.backends.cuda.matmul.allow_tf32
-    assert torch.backends.cuda.matmul.allow_tf32  # restored after the gate
-    with ieee_float32("cpu"):
-        assert torch.backends.cuda.matmul.allow_tf32  # CPU matmuls have no TF32: nothing to switch
+        assert configure_tf32("cuda", "float32") and torch.backends.cuda.matmul.allow_tf32
+        assert torch.backends.cudnn.allow_tf32
+        with ieee_float32("cuda"):
+            assert not torch.backends.cuda.matmul.allow_tf32
+        assert torch.backends.cuda.matmul.allow_tf32  # restored after the gate
+        with ieee_float32("cpu"):
+            assert torch.backends.cuda.matmul.allow_tf32  # CPU matmuls have no TF32: nothing to switch
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def test_mfu_counts_the_magnitude_gates():
