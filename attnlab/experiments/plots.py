@@ -36,16 +36,35 @@ def zoomed_limits(series: list[tuple[list, list]], start: float = ZOOM_FROM, pad
     return low - margin, high + margin
 
 
+def _axes():
+    """A figure and its one axes (no pyplot: no global backend state)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.5), dpi=120)
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def _x_label(records: list) -> str:
+    """Loss curves are drawn against tokens when the runs logged them, else against steps."""
+    return "tokens seen" if any(r.curve and next(iter(r.curve.values()))[0] is not None for r in records) else "step"
+
+
+def _save(fig, ax, path, n_lines: int) -> Path:
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", ncol=2 if n_lines > 6 else 1)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    return path
+
+
 def _plot_curves(records: list, variants: list[str], path, accuracy: bool) -> Path | None:
     """A mean line and a ±1 std band per variant over its finished seeds: the validation loss against tokens, or
     the validation accuracy (%) against steps. Returns ``path``, or None (nothing written) when no finished run
     logged the quantity."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure  # no pyplot: no global backend state
-
-    fig = Figure(figsize=(7, 4.5), dpi=120)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    fig, ax = _axes()
     drawn, series = False, []
     for variant in variants:
         runs = [r for r in records if r.variant == variant and r.usable]
@@ -69,18 +88,12 @@ def _plot_curves(records: list, variants: list[str], path, accuracy: bool) -> Pa
     limits = None if accuracy else zoomed_limits(series)
     if limits is not None:
         ax.set_ylim(*limits)
-    use_tokens = not accuracy and any(r.curve and next(iter(r.curve.values()))[0] is not None for r in records)
-    ax.set_xlabel("tokens seen" if use_tokens else "step")
+    ax.set_xlabel("step" if accuracy else _x_label(records))
     quantity = "validation accuracy (%)" if accuracy else "validation loss"
     ax.set_ylabel(quantity)
     zoom = f" (y-axis from {ZOOM_FROM:.0%} of the run on)" if limits is not None else ""
     ax.set_title(f"{quantity[0].upper()}{quantity[1:]}: mean ± 1 std over seeds{zoom}", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", ncol=2 if len(variants) > 6 else 1)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    return path
+    return _save(fig, ax, path, len(variants))
 
 
 def plot_loss_curves(records: list, variants: list[str], path) -> Path | None:
@@ -131,15 +144,10 @@ def plot_loss_deltas(records: list, variants: list[str], baseline: str, path) ->
     """Each variant's validation loss minus the baseline's against tokens, with a ±1 standard-error band
     (:func:`loss_deltas`) and the zero line; y zoomed as the loss plot. Returns ``path``, or None (nothing
     written) when no variant shares evaluations with a finished baseline run."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     deltas = loss_deltas(records, variants, baseline)
     if not deltas:
         return None
-    fig = Figure(figsize=(7, 4.5), dpi=120)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    fig, ax = _axes()
     series = []
     for variant, (xs, delta, se) in deltas.items():
         (line,) = ax.plot(xs, delta, marker="o", markersize=3, label=variant)
@@ -149,16 +157,10 @@ def plot_loss_deltas(records: list, variants: list[str], baseline: str, path) ->
             ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
             series += [(xs, lo), (xs, hi)]
     ax.axhline(0.0, color="black", linewidth=0.8)
-    limits = zoomed_limits(series + [([x for xs, _ in series for x in xs], [0.0] * sum(len(xs) for xs, _ in series))])
+    limits = zoomed_limits(series + [(xs, [0.0] * len(xs)) for xs, _ in series])  # the zero line stays in view
     if limits is not None:
         ax.set_ylim(*limits)
-    ax.set_xlabel("tokens seen" if any(r.curve and next(iter(r.curve.values()))[0] is not None for r in records)
-                  else "step")
+    ax.set_xlabel(_x_label(records))
     ax.set_ylabel(f"validation loss minus {baseline}'s")
     ax.set_title(f"Loss relative to {baseline}: mean difference ± 1 standard error", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", ncol=2 if len(deltas) > 6 else 1)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    return path
+    return _save(fig, ax, path, len(deltas))
