@@ -523,8 +523,8 @@ class _Trainer:
 
     def _check_finite(self) -> None:
         """Raise _Diverged for the first step whose loss or gradient norm was not finite (its update was skipped)."""
-        if self.bad_step is not None and int(self.bad_step) > 0:
-            step = int(self.bad_step)
+        step = int(self.bad_step)  # the one host read of these checks
+        if step:
             raise _Diverged(step, "training loss or gradient norm", float("nan"), lr_at(step, self.tc),
                             " (not finite; that step's update and any later non-finite one were skipped)")
 
