@@ -248,6 +248,11 @@ class AttentionConfig:
                 raise ConfigError(f"attention.rank={self.rank} is not below the full rank {min(n_embd, out)} of the "
                                   f"{name} projection ({n_embd} -> {out}); use a smaller rank or rank_fraction")
 
+    def qk_norm_gain(self, head_dim: int) -> float:
+        """QK-norm's logit scale g (its initial value when learned): qk_norm_scale, or sqrt(head_dim) by default,
+        the largest value of q.k / sqrt(d) when q and k have unit-variance entries (|q| |k| / sqrt(d) ~ sqrt(d))."""
+        return head_dim ** 0.5 if self.qk_norm_scale is None else self.qk_norm_scale
+
     @property
     def sdpa_compatible(self) -> bool:
         """True when the math reduces to softmax(q.k' * s + mask) v, which PyTorch's SDPA computes.

@@ -27,7 +27,6 @@ the softmax); the two forms give the same weights (seed 002, tested in tests/tes
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 
@@ -83,8 +82,7 @@ def attention_function(config: AttentionConfig):
             raise ConfigError("attnlab attention does not implement logit soft-capping (softcap); use eager")
         scale = config.scale if config.scale is not None else scaling
         if config.qk_norm == "fixed":  # g cos(q, k): the gain folded into q, scale 1 (attnlab.functional.scores)
-            gain = config.qk_norm_scale if config.qk_norm_scale is not None else math.sqrt(query.shape[-1])
-            query, key = qk_normalize(query, key, gain)
+            query, key = qk_normalize(query, key, config.qk_norm_gain(query.shape[-1]))
             scale = 1.0
         out = attention(
             query, key, value, causal=bool(causal), scale=scale, temperature=config.temperature,

@@ -54,7 +54,7 @@ class Attention(nn.Module):
             for name, mode in (("k_proj", config.k_mode), ("v_proj", config.v_mode)):
                 setattr(self, name, make_projection(mode, n_embd, kv_out, bias, rank(mode, kv_out)))
         self.out_proj = nn.Linear(q_out, n_embd, bias=bias) if config.out_proj else nn.Identity()
-        self.qk_scale = self.head_dim ** 0.5 if config.qk_norm_scale is None else config.qk_norm_scale  # g
+        self.qk_scale = config.qk_norm_gain(self.head_dim)  # g
         self.qk_gain = nn.Parameter(torch.tensor(float(self.qk_scale))) if config.qk_norm == "learned" else None
         self.resid_dropout = nn.Dropout(self.attn_dropout)
         self.magnitude = MagnitudeGate.from_config(config, self.head_dim) if config.magnitude != "off" else None

@@ -42,7 +42,6 @@ class KVCache:
     """Every layer's LayerKV and the number of positions they hold (the next token's position)."""
 
     def __init__(self, n_layer: int, capacity: int):
-        self.capacity = capacity
         self.layers = [LayerKV(capacity) for _ in range(n_layer)]
 
     @property
