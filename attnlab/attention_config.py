@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from .configio import from_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
 from .functional.attention import BACKENDS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa
+from .functional.heads import HEAD_MIXES
 from .functional.magnitude import APPLY as MAGNITUDE_APPLY
 from .functional.magnitude import CAUSAL_FORMS as _CAUSAL_FORMS
 from .functional.magnitude import FORMS as _MAGNITUDE_FORMS
@@ -103,6 +104,14 @@ class AttentionConfig:
     """MLA (DeepSeek-V2): K = c W_uk, V = c W_uv from one cached latent c = RMSNorm(x W_dkv) of width d_c >= 1, so the cache holds d_c floats per token instead of 2 n_kv_head head_dim."""
     kv_latent_fraction: float | None = None
     """The latent width as a fraction f in (0, 1] of n_embd: d_c = round(f n_embd); or set `kv_latent`."""
+    head_mix: str = "concat"
+    """How the heads combine (seed 002): `"concat"`: concatenated, then W_O; `"talking"`: talking heads, learned [H, H] mixes of the logits before the softmax and of the weights after it, both identity at init (Shazeer et al. 2020; explicit path); `"moh"`: mixture of heads, per-token router weights over the heads, `moh_shared` always on and the top `moh_top_k` of the rest, before W_O (Jin et al. 2024)."""
+    moh_shared: int | None = None
+    """MoH: heads always active, 0 <= h_s < n_head; `None`: n_head // 2."""
+    moh_top_k: int | None = None
+    """MoH: routed heads active per token, 1 <= k <= n_head - h_s; `None`: half the routed heads, at least 1 (with the default h_s, 3/4 of the heads are active)."""
+    moh_balance: float = 0.01
+    """MoH: beta, the weight of the load-balance loss sum_i f_i P_i in the training loss (the paper's 0.01); 0 switches it off."""
 
     def __post_init__(self):
         for name in ("n_head", "n_kv_head"):
@@ -126,8 +135,10 @@ class AttentionConfig:
         check_choice("attention.backend", self.backend, BACKENDS)
         self._check_magnitude()
         self._check_projections()
+        self._check_head_mix()
         if self.backend == "sdpa" and not self.sdpa_compatible:
             extra = ", magnitude='prefix' (a per-(i, j) gate)" if self.magnitude == "prefix" else ""  # on the values
+            extra += ", head_mix='talking' (logits mixed across heads)" if self.head_mix == "talking" else ""
             raise ConfigError(
                 f"attention.backend='sdpa' cannot compute normalizer={self.normalizer!r}, "
                 f"mask_form={self.mask_form!r}{extra}; use backend='auto' or 'explicit'"
@@ -178,6 +189,37 @@ class AttentionConfig:
                 "attention.magnitude='prefix' gates key j by its weight inside query i's prefix (j <= i), which "
                 "needs causal=true; use magnitude='global' for bidirectional attention"
             )
+
+    def _check_head_mix(self) -> None:
+        """head_mix and MoH's sizes (checked against n_head once it is known)."""
+        check_choice("attention.head_mix", self.head_mix, HEAD_MIXES)
+        check_number("attention.moh_balance", self.moh_balance, low=0.0)
+        for name in ("moh_shared", "moh_top_k"):
+            if getattr(self, name) is not None:
+                check_number(f"attention.{name}", getattr(self, name), low=0, integer=True)
+                if self.head_mix != "moh":
+                    raise ConfigError(f"attention.{name}={getattr(self, name)!r} needs head_mix='moh', "
+                                      f"got head_mix={self.head_mix!r}")
+        if self.head_mix == "moh" and self.n_head is not None:
+            self.moh_sizes()
+
+    def moh_sizes(self) -> tuple[int, int]:
+        """MoH's (h_s shared heads, k routed heads per token), resolved against n_head; ConfigError if impossible."""
+        h = self.n_head
+        if h is None:
+            raise ConfigError("attention.head_mix='moh' needs n_head (GPTConfig fills it in)")
+        if h == 1:
+            raise ConfigError("attention.head_mix='moh' routes between heads, but n_head=1; use n_head >= 2")
+        shared = h // 2 if self.moh_shared is None else self.moh_shared
+        if shared >= h:
+            raise ConfigError(f"attention.moh_shared={shared} leaves no routed head of n_head={h}; "
+                              f"allowed: 0 <= moh_shared <= {h - 1}")
+        routed = h - shared
+        top_k = max(1, routed // 2) if self.moh_top_k is None else self.moh_top_k
+        if not 1 <= top_k <= routed:
+            raise ConfigError(f"attention.moh_top_k={top_k} must be between 1 and the {routed} routed heads "
+                              f"(n_head={h} - moh_shared={shared})")
+        return shared, top_k
 
     def _check_lowrank(self) -> None:
         """What the low-rank solver needs: a causal form, the Gaussian kernel, eps > 0."""
@@ -262,7 +304,8 @@ class AttentionConfig:
         the float mask and keeps it.
         """
         return uses_sdpa(normalizer=self.normalizer, causal=self.causal, mask_form=self.mask_form,
-                         value_gate=self.magnitude == "prefix" and self.magnitude_apply == "values")
+                         value_gate=self.magnitude == "prefix" and self.magnitude_apply == "values",
+                         head_mix=self.head_mix == "talking")
 
     def replace(self, **changes) -> "AttentionConfig":
         return dataclasses.replace(self, **changes)

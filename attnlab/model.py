@@ -140,7 +140,14 @@ class GPT(nn.Module):
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
+            for aux in self.aux_losses():  # e.g. MoH's beta L_b, in training only (attnlab.nn.heads)
+                loss = loss + aux
         return logits, loss
+
+    def aux_losses(self) -> list[torch.Tensor]:
+        """The auxiliary training losses of the last forward (MoH's load balance per layer; empty otherwise)."""
+        return [b.attn.router.balance_loss for b in self.blocks
+                if b.attn.router is not None and b.attn.router.balance_loss is not None]
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:

@@ -191,3 +191,18 @@ register(
     notes="d_c = n_embd/4 as in DeepSeek-V2-Lite (512 of 2048). Caches d_c floats per token per layer instead of "
           "2 n_kv_head head_dim. No decoupled RoPE key and no query compression (RoPE, if on, rotates the rebuilt K).",
 )
+register(
+    "talking-heads", "talking heads: the logits mixed across heads by a learned [H, H] matrix before the softmax, the "
+    "weights by another after it (both identity at init)",
+    "Shazeer et al. 2020, arXiv:2003.02436; seed 002 (head recombination)", head_mix="talking",
+    notes="the heads keep their count (h_k = h = h_v in the paper's notation). Identity init, so training starts "
+          "from plain multi-head attention. Explicit path: no fused kernel mixes heads inside the softmax.",
+)
+register(
+    "moh", "mixture of heads: per token, n_head/2 shared heads always on and the top half of the rest chosen by a "
+    "router; the heads weighted by the router before W_o, a load-balance loss (beta 0.01) on the routed heads",
+    "Jin et al. 2024, arXiv:2410.11842; seed 002 (head recombination)", head_mix="moh",
+    notes="the gate normalisation is the authors' released code's (top-k renormalised, each group scaled by its "
+          "active head count; attnlab.functional.heads). On CPU every head is computed and the unchosen ones are "
+          "weighted 0, so MoH saves no compute here; with 4 heads, 3 are active per token.",
+)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .heads import mix_heads
 from .masks import causal_keep, mask_renormalize_softmax
 from .scores import default_scale, dot_logits, rbf_augment, rbf_logits
 
@@ -42,19 +43,20 @@ def sdpa_enable_gqa(device_type: str, dtype: torch.dtype) -> bool:
 
 
 def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", return_weights=False, backend="auto",
-              value_gate=False):
-    """Whether :func:`attention` will call SDPA for these options (value_gate: whether one is given).
+              value_gate=False, head_mix=False):
+    """Whether :func:`attention` will call SDPA for these options (value_gate, head_mix: whether one is given).
 
     The one predicate for "these options reduce to softmax(q k' s + mask) v": AttentionConfig.sdpa_compatible
     asks it too (a per-(i, j) value gate, the prefix magnitude form, does not reduce; a per-key gate on v does).
-    A logit prior, per key or per (i, j), is an additive float mask and never changes the answer.
+    A logit prior, per key or per (i, j), is an additive float mask and never changes the answer. Talking heads
+    (head_mix) mix the logits of all heads at each (i, j), which no fused kernel does.
     """
     reducible = (normalizer == "softmax" and not (causal and mask_form == "renormalize") and not return_weights
-                 and not value_gate)
+                 and not value_gate and not head_mix)
     if backend == "sdpa" and not reducible:
         raise ValueError(
-            "backend='sdpa' cannot compute normalizer='none', mask_form='renormalize', a value_gate or return "
-            "weights; use backend='auto' or 'explicit'"
+            "backend='sdpa' cannot compute normalizer='none', mask_form='renormalize', a value_gate, talking heads "
+            "or return weights; use backend='auto' or 'explicit'"
         )
     return reducible and backend != "explicit"
 
@@ -76,6 +78,7 @@ def attention(
     value_gate: torch.Tensor | None = None,
     logit_prior: torch.Tensor | None = None,
     attn_mask: torch.Tensor | None = None,
+    head_mix: tuple[torch.Tensor, torch.Tensor] | None = None,
 ):
     """Attention over q [B, H, T, d], k [B, Hkv, S, d], v [B, Hkv, S, dv]; H must be a multiple of Hkv.
 
@@ -94,6 +97,9 @@ def attention(
         j) or float (added to the logits; -inf hides a key; softmax only). It combines with `causal` (with the
         renormalize form, the mask hides keys inside the softmax and the causal mask renormalises after it). A
         query that sees no key at all gets weights 0 and output 0, as SDPA gives.
+    head_mix: talking heads (Shazeer et al. 2020; attnlab.functional.heads), (P_l, P_w) [H, H] each: the logits
+        are mixed across heads by P_l before the mask, prior and softmax, the weights by P_w after them (explicit
+        path; the returned weights are the mixed ones, those that multiply v).
     causal with more keys than queries (S > T, decoding with a K/V cache): query i sits at position S - T + i and
     sees keys j <= S - T + i (attnlab.functional.masks.causal_keep).
     Returns the output [B, H, T, dv], or (output, weights [B, H, T, S]) when return_weights.
@@ -120,8 +126,10 @@ def attention(
     seen, bias = _split_mask(attn_mask, (b, h, t, s), normalizer)  # boolean / additive parts of attn_mask
     bias = logit_prior if bias is None else (bias if logit_prior is None else bias + logit_prior)
     full = causal and s == t and seen is None and bias is None  # SDPA's is_causal covers the causal mask alone
+    if head_mix is not None and any(m.shape != (h, h) for m in head_mix):
+        raise ValueError(f"head_mix must be two [{h}, {h}] matrices, got {[tuple(m.shape) for m in head_mix]}")
     sdpa = uses_sdpa(normalizer=normalizer, causal=causal, mask_form=mask_form, return_weights=return_weights,
-                     backend=backend, value_gate=value_gate is not None)
+                     backend=backend, value_gate=value_gate is not None, head_mix=head_mix is not None)
     keep = causal_keep(t, s, device=q.device) if causal and not (sdpa and full) else None  # [T, S], j <= S - T + i
     keep = seen if keep is None else (keep if seen is None else keep & seen)
     if sdpa:
@@ -145,6 +153,8 @@ def attention(
 
     k, v = repeat_kv(k, h // h_kv), repeat_kv(v, h // h_kv)
     logits = (dot_logits if kernel == "dot" else rbf_logits)(q, k, scale, temperature)  # z_ij
+    if head_mix is not None:
+        logits = mix_heads(logits, head_mix[0])  # L_g = sum_h J_h P_l[h, g]     (talking heads, before the softmax)
     if bias is not None:
         logits = logits + bias  # z_ij + log max(w, floor)_ij: p_ij proportional to w_ij exp(z_ij) (seed 000)
     blind = None if seen is None else ~keep.any(-1, keepdim=True)  # queries that see no key: output 0, not 0/0
@@ -164,6 +174,8 @@ def attention(
             weights = weights.masked_fill(~keep, 0.0)
     if blind is not None:
         weights = weights.masked_fill(blind, 0.0)
+    if head_mix is not None:
+        weights = mix_heads(weights, head_mix[1])  # U_g = sum_h W_h P_w[h, g]  (talking heads, after it)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     if value_gate is None:

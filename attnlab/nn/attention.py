@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from ..functional.attention import attention
 from ..functional.scores import qk_normalize
 from .gates import MagnitudeGate
+from .heads import MoHRouter, TalkingHeads
 from .kv_cache import LayerKV
 from .projections import LatentKV, kv_cache_per_token, make_projection, resolve_latent, resolve_rank
 
@@ -26,6 +27,8 @@ class Attention(nn.Module):
     Q/K/V may be x itself, identity-initialised or residual (seed 001; attnlab.nn.projections), low rank, or K, V
     rebuilt from one latent per token (MLA: attribute kv_latent instead of k_proj, v_proj); out_proj=False drops W_o.
     qk_norm != "off": logits g cos(q_h, k_h) / T (Henry et al. 2020), g a float or the parameter qk_gain.
+    head_mix: "talking" mixes the logits and the weights across heads (Shazeer et al. 2020); "moh" weights head h of
+    token t by a router's g_th before W_o, y = concat_h(g_h o_h) W_o (Jin et al. 2024; attnlab.functional.heads).
     """
 
     def __init__(self, config: AttentionConfig, n_embd: int):
@@ -58,6 +61,9 @@ class Attention(nn.Module):
         self.qk_gain = nn.Parameter(torch.tensor(float(self.qk_scale))) if config.qk_norm == "learned" else None
         self.resid_dropout = nn.Dropout(self.attn_dropout)
         self.magnitude = MagnitudeGate.from_config(config, self.head_dim) if config.magnitude != "off" else None
+        self.talking = TalkingHeads(self.n_head) if config.head_mix == "talking" else None
+        self.router = MoHRouter(n_embd, self.n_head, *config.moh_sizes(), config.moh_balance) \
+            if config.head_mix == "moh" else None
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """[B, T, n * head_dim] -> [B, n, T, head_dim]."""
@@ -108,8 +114,10 @@ class Attention(nn.Module):
             causal=cfg.causal, scale=scale, temperature=cfg.temperature, kernel=cfg.kernel,
             normalizer=cfg.normalizer, mask_form=cfg.mask_form, backend=cfg.backend,
             dropout_p=self.attn_dropout if self.training else 0.0, return_weights=return_weights,
-            value_gate=value_gate, logit_prior=logit_prior,
+            value_gate=value_gate, logit_prior=logit_prior, head_mix=None if self.talking is None else self.talking(),
         )
         out, weights = out if return_weights else (out, None)
+        if self.router is not None:  # MoH: head h of token t weighted by g_th      [B, H, T, d] * [B, H, T, 1]
+            out = out * self.router(x).transpose(1, 2).unsqueeze(-1)
         y = self.resid_dropout(self.out_proj(out.transpose(1, 2).flatten(-2)))
         return (y, weights) if return_weights else y

@@ -8,10 +8,12 @@ The trainer calls, for every hook in order:
     eval_stats(model) -> dict    on rank 0 at every evaluation: keys for the row with the validation loss
 
 A hook writes keys under its own ``prefixes`` (they also go to TensorBoard as scalars). Non-finite values in
-``step_stats`` are logged as null. :func:`default_hooks` gives the two attnlab ships, from the run config:
+``step_stats`` are logged as null. :func:`default_hooks` gives the ones attnlab ships, from the run config:
 
 * :class:`MagnitudeGateHook` (seed 000): each magnitude gate's statistics of the step's last micro-batch,
   ``mag/L<i>/<stat>``; gates record only on logged steps (recording costs device syncs and one product with Z);
+* :class:`MoHHook` (issue 18; runs when the model has MoH layers): ``moh/aux_loss``, the load-balance loss added
+  to the training loss, and per layer ``moh/L<i>/balance`` (L_b) and ``moh/L<i>/h<j>`` (head j's mean weight);
 * :class:`RankHook` (seed 001; ``train.track_rank``): :func:`attnlab.analysis.rank.rank_metrics` at every
   evaluation, ``pseudo_rank/<m>/L<i>`` and ``participation_ratio/<m>/L<i>``.
 
@@ -32,8 +34,9 @@ from ..data.task_source import task_name
 from ..tasks import get_task
 from ..tasks.hijack import SWEEP_M
 from ..nn.gates import magnitude_gates, magnitude_log, record_magnitude_stats
+from ..nn.heads import moh_log, moh_routers
 
-__all__ = ["TrainHook", "MagnitudeGateHook", "RankHook", "HijackSweepHook", "default_hooks"]
+__all__ = ["TrainHook", "MagnitudeGateHook", "MoHHook", "RankHook", "HijackSweepHook", "default_hooks"]
 
 
 class TrainHook:
@@ -67,6 +70,15 @@ class MagnitudeGateHook(TrainHook):
 
     def step_ends(self, model: nn.Module) -> None:
         record_magnitude_stats(model, False)
+
+
+class MoHHook(TrainHook):
+    """Mixture-of-head routing on the logged steps: the load-balance loss and each head's mean weight per layer."""
+
+    prefixes = ("moh/",)
+
+    def step_stats(self, model: nn.Module) -> dict[str, float]:
+        return moh_log(model)
 
 
 class RankHook(TrainHook):
@@ -114,6 +126,7 @@ def default_hooks(cfg, model: nn.Module) -> list[TrainHook]:
     """The hooks a run of ``cfg`` (a RunConfig) logs with: the gate hook when ``model`` has magnitude gates,
     the rank hook when ``train.track_rank``, the hijack sweep on ``task:hijack``."""
     hooks: list[TrainHook] = [MagnitudeGateHook()] if magnitude_gates(model) else []
+    hooks += [MoHHook()] if moh_routers(model) else []
     if task_name(cfg.data.source) == "hijack":
         hooks.append(HijackSweepHook(get_task("hijack", cfg.data.task or {})))
     return hooks + ([RankHook()] if cfg.train.track_rank else [])

@@ -1,0 +1,70 @@
+"""The parameters of head recombination; the math is attnlab.functional.heads.
+
+TalkingHeads holds P_l and P_w (identity at init, so the layer starts as plain multi-head attention);
+MoHRouter holds W_s, W_r, W_h and keeps the last forward's router statistics for the balance loss and the logs.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..functional.heads import moh_balance_loss, moh_gates
+
+
+class TalkingHeads(nn.Module):
+    """Talking heads (Shazeer et al. 2020, arXiv:2003.02436): the [H, H] mixes of the logits and of the weights."""
+
+    def __init__(self, n_head: int):
+        super().__init__()
+        self.logit_mix = nn.Parameter(torch.eye(n_head))  # P_l
+        self.weight_mix = nn.Parameter(torch.eye(n_head))  # P_w
+
+    def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.logit_mix, self.weight_mix
+
+
+class MoHRouter(nn.Module):
+    """Mixture-of-head routing (Jin et al. 2024, arXiv:2410.11842): x [B, T, C] -> head weights g [B, T, H].
+
+    Holds W_s [h_s, C], W_r [h - h_s, C], W_h [2, C] (bias-free Linears, as in the paper), shared heads first.
+    In training, ``balance_loss`` is beta L_b of the last forward (a graph tensor the model adds to its loss);
+    ``last`` holds that forward's gates [..., H] and selection mask [..., h_r], detached (for moh_log).
+    """
+
+    def __init__(self, n_embd: int, n_head: int, shared: int, top_k: int, balance: float):
+        super().__init__()
+        self.shared, self.top_k, self.balance = shared, top_k, balance
+        self.w_shared = nn.Linear(n_embd, shared, bias=False) if shared else None  # W_s
+        self.w_routed = nn.Linear(n_embd, n_head - shared, bias=False)  # W_r
+        self.w_group = nn.Linear(n_embd, 2, bias=False) if shared else None  # W_h
+        self.balance_loss: torch.Tensor | None = None
+        self.last: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shared = None if self.w_shared is None else self.w_shared(x)
+        group = None if self.w_group is None else self.w_group(x)
+        gates, probs, chosen = moh_gates(shared, self.w_routed(x), group, self.top_k)
+        self.balance_loss = self.balance * moh_balance_loss(probs, chosen) if self.training and self.balance else None
+        self.last = gates.detach(), chosen
+        return gates
+
+
+def moh_routers(model: nn.Module) -> list[MoHRouter]:
+    """The MoHRouters of model in module order (entry i belongs to the i-th MoH layer)."""
+    return [mod for mod in model.modules() if isinstance(mod, MoHRouter)]
+
+
+def moh_log(model: nn.Module, prefix: str = "moh") -> dict[str, float]:
+    """The last forward's routing, flat for a log row: "<prefix>/aux_loss" (sum of beta L_b, the part of the training
+    loss that is not cross-entropy), and per layer i "<prefix>/L<i>/balance" (L_b) and "<prefix>/L<i>/h<j>" (head
+    j's mean weight g_j; shared heads first, and a head weighted 1 on every token reads 1)."""
+    row, total = {}, 0.0
+    for i, router in enumerate(moh_routers(model)):
+        if router.balance_loss is not None:
+            total += router.balance_loss.item()
+            row[f"{prefix}/L{i}/balance"] = router.balance_loss.item() / router.balance
+        if router.last is not None:
+            for j, usage in enumerate(router.last[0].flatten(0, -2).mean(0).tolist()):
+                row[f"{prefix}/L{i}/h{j}"] = usage
+    return {f"{prefix}/aux_loss": total, **row} if row else {}
