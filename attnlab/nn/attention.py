@@ -64,6 +64,7 @@ class Attention(nn.Module):
         self.talking = TalkingHeads(self.n_head) if config.head_mix == "talking" else None
         self.router = MoHRouter(n_embd, self.n_head, *config.moh_sizes(), config.moh_balance) \
             if config.head_mix == "moh" else None
+        self.head_mask: torch.Tensor | None = None  # xi [n_head]: head h's output times xi_h (Michel et al. 2019)
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """[B, T, n * head_dim] -> [B, n, T, head_dim]."""
@@ -119,5 +120,7 @@ class Attention(nn.Module):
         out, weights = out if return_weights else (out, None)
         if self.router is not None:  # MoH: head h of token t weighted by g_th      [B, H, T, d] * [B, H, T, 1]
             out = out * self.router(x).transpose(1, 2).unsqueeze(-1)
+        if self.head_mask is not None:  # head knockout: y = concat_h(xi_h o_h) W_o  (analysis only; None in training)
+            out = out * self.head_mask.to(out.dtype).view(1, -1, 1, 1)
         y = self.resid_dropout(self.out_proj(out.transpose(1, 2).flatten(-2)))
         return (y, weights) if return_weights else y
