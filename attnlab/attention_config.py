@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .configio import from_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
 from .functional.attention import BACKENDS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa
-from .functional.heads import HEAD_MIXES
+from .functional.heads import HEAD_MIXES, LOGIT_MIXES
 from .functional.magnitude import APPLY as MAGNITUDE_APPLY
 from .functional.magnitude import CAUSAL_FORMS as _CAUSAL_FORMS
 from .functional.magnitude import FORMS as _MAGNITUDE_FORMS
@@ -105,7 +105,9 @@ class AttentionConfig:
     kv_latent_fraction: float | None = None
     """The latent width as a fraction f in (0, 1] of n_embd: d_c = round(f n_embd); or set `kv_latent`."""
     head_mix: str = "concat"
-    """How the heads combine (seed 002): `"concat"`: concatenated, then W_O; `"talking"`: talking heads, learned [H, H] mixes of the logits before the softmax and of the weights after it, both identity at init (Shazeer et al. 2020; explicit path); `"moh"`: mixture of heads, per-token router weights over the heads, `moh_shared` always on and the top `moh_top_k` of the rest, before W_O (Jin et al. 2024)."""
+    """How the heads combine (seed 002): `"concat"`: concatenated, then W_O; `"talking"`: talking heads, learned [H, H] mixes of the logits before the softmax and of the weights after it, both identity at init (Shazeer et al. 2020; explicit path); `"moh"`: mixture of heads, per-token router weights over the heads, `moh_shared` always on and the top `moh_top_k` of the rest, before W_O (Jin et al. 2024); `"coda"`: cascaded head-colliding attention, each layer's logits a Gaussian latent whose mean mixes all heads' logits (an MLP across heads) and the previous layer's sampled logits (Zheng et al. 2021, as the authors' released code computes it; explicit path)."""
+    coda_noise: float = 1.0
+    """CODA: sigma of the Gaussian noise on the logits in training (the released code's 1); 0 trains the mean path. Evaluation always uses the mean."""
     moh_shared: int | None = None
     """MoH: heads always active, 0 <= h_s < n_head; `None`: n_head // 2."""
     moh_top_k: int | None = None
@@ -138,7 +140,8 @@ class AttentionConfig:
         self._check_head_mix()
         if self.backend == "sdpa" and not self.sdpa_compatible:
             extra = ", magnitude='prefix' (a per-(i, j) gate)" if self.magnitude == "prefix" else ""  # on the values
-            extra += ", head_mix='talking' (logits mixed across heads)" if self.head_mix == "talking" else ""
+            extra += f", head_mix={self.head_mix!r} (logits mixed across heads)" if self.head_mix in LOGIT_MIXES \
+                else ""
             raise ConfigError(
                 f"attention.backend='sdpa' cannot compute normalizer={self.normalizer!r}, "
                 f"mask_form={self.mask_form!r}{extra}; use backend='auto' or 'explicit'"
@@ -194,6 +197,7 @@ class AttentionConfig:
         """head_mix and MoH's sizes (checked against n_head once it is known)."""
         check_choice("attention.head_mix", self.head_mix, HEAD_MIXES)
         check_number("attention.moh_balance", self.moh_balance, low=0.0)
+        check_number("attention.coda_noise", self.coda_noise, low=0.0)
         for name in ("moh_shared", "moh_top_k"):
             if getattr(self, name) is not None:
                 check_number(f"attention.{name}", getattr(self, name), low=0, integer=True)
@@ -305,7 +309,7 @@ class AttentionConfig:
         """
         return uses_sdpa(normalizer=self.normalizer, causal=self.causal, mask_form=self.mask_form,
                          value_gate=self.magnitude == "prefix" and self.magnitude_apply == "values",
-                         head_mix=self.head_mix == "talking")
+                         head_mix=self.head_mix in LOGIT_MIXES)
 
     def replace(self, **changes) -> "AttentionConfig":
         return dataclasses.replace(self, **changes)

@@ -240,6 +240,19 @@ def cmd_maps(args) -> int:
     return 0
 
 
+def cmd_heads(args) -> int:
+    from .experiments.heads import write_heads
+
+    result = write_heads(args.run_dir, args.out, text=args.text, windows=args.windows, seed=args.seed)
+    report = result["report"]
+    print(f"{args.run_dir}: JS on {report['js_on']}; knockout on {report['windows']} validation windows "
+          f"(seed {report['seed']}), base loss {report['base_loss']:.4f}")
+    print(result["table"])
+    for path in result["paths"]:
+        print(path)
+    return 0
+
+
 def cmd_export_hf(args) -> int:
     from .hf.gpt2 import export_gpt2
     from .train import load_run
@@ -395,6 +408,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (default RUN_DIR/maps)")
     p.add_argument("--seed", type=int, default=0, help="which task sequence, when no --text is given")
     p.set_defaults(func=cmd_maps)
+
+    p = sub.add_parser("heads", help="per layer: JS divergence between heads, loss increase per masked head, MoH usage")
+    p.add_argument("run_dir")
+    p.add_argument("--text", default=None, help="compute the JS divergence on this text (default: validation windows)")
+    p.add_argument("--windows", type=int, default=8, help="validation windows of block_size tokens (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the validation windows (default 0)")
+    p.add_argument("--out", default=None, help="output folder (default RUN_DIR/heads)")
+    p.set_defaults(func=cmd_heads)
 
     p = sub.add_parser("export-hf", help="write a GPT-2-architecture run as a Hugging Face GPT2LMHeadModel directory")
     p.add_argument("run_dir")

@@ -15,6 +15,7 @@ from torch import nn
 from .config import GPTConfig
 from .errors import ConfigError
 from .nn import Attention, KVCache, LayerKV, LearnedPositions, RotaryEmbedding, SinusoidalPositions
+from .nn.heads import LogitCascade
 
 
 class MLP(nn.Module):
@@ -35,10 +36,10 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-LayerNorm transformer block."""
 
-    def __init__(self, config: GPTConfig):
+    def __init__(self, config: GPTConfig, layer: int = 0):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
-        self.attn = Attention(config.resolved_attention(), config.n_embd)
+        self.attn = Attention(config.resolved_attention(), config.n_embd, layer)
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
         self.mlp = MLP(config)
 
@@ -61,7 +62,10 @@ class GPT(nn.Module):
             if config.pos_encoding == "rope" else None
         )
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
+        self.cascade = LogitCascade() if self.blocks[0].attn.config.head_mix == "coda" else None
+        for block in self.blocks:  # CODA: each layer's logits reach the next one (attnlab.nn.heads.LogitCascade)
+            block.attn.cascade = self.cascade
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying (Press & Wolf 2017), as in GPT-2
@@ -136,6 +140,8 @@ class GPT(nn.Module):
         x = self.embed(idx, offset)
         for i, block in enumerate(self.blocks):
             x = block(x, self.rope, None if cache is None else cache.layers[i])
+        if self.cascade is not None:
+            self.cascade.logits = None  # CODA's last logits are not needed after the last layer
         logits = self.lm_head(self.ln_f(x))
         loss = None
         if targets is not None:
@@ -159,6 +165,8 @@ class GPT(nn.Module):
             maps.append(weights)
             x = x + y
             x = x + block.mlp(block.ln_2(x))
+        if self.cascade is not None:
+            self.cascade.logits = None
         return maps
 
     @torch.no_grad()

@@ -206,3 +206,12 @@ register(
           "active head count; attnlab.functional.heads). On CPU every head is computed and the unchosen ones are "
           "weighted 0, so MoH saves no compute here; with 4 heads, 3 are active per token.",
 )
+register(
+    "coda", "cascaded head-colliding attention: each layer's logits a Gaussian latent, mean s + a_prev + f(s + a_prev) "
+    "with f an MLP across the heads at each (i, j) and a_prev the previous layer's sampled logits; noise 1 in training",
+    "Zheng et al. 2021, arXiv:2105.14850 (the authors' released code, LZhengisme/CODA); seed 002 (head recombination)",
+    head_mix="coda",
+    notes="built from the authors' released code, which trains with the task loss alone (no KL term, unit variance, "
+          "one sample per step, the mean path at evaluation); the paper's method section is not reproduced here "
+          "(docs/heads.md). Explicit path; f has 24 H^2 + 9 H parameters per layer after the first.",
+)

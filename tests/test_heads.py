@@ -148,7 +148,7 @@ def test_moh_balance_loss_enters_the_training_loss_only():
     assert model.aux_losses() == []
 
 
-@pytest.mark.parametrize("variant", ["talking-heads", "moh"])
+@pytest.mark.parametrize("variant", ["talking-heads", "moh", "coda"])
 def test_head_mixing_with_random_parameters_does_not_leak(variant):
     """Identity mixes and a near-uniform router would hide a leak across heads: randomise every parameter first."""
     model = build(variant, "rope")
@@ -190,3 +190,66 @@ def test_a_moh_run_logs_its_balance_loss_and_head_usage(tmp_path):
     usage = [v for k, v in row.items() if k.startswith("moh/L0/h")]
     # per token the 2 shared weights sum to 2 a_1 and the k = 1 routed weight is a_2, with a_1 + a_2 = 2
     assert len(usage) == 4 and 2 - 1e-6 <= sum(usage) <= 4 + 1e-6 and all(u >= 0 for u in usage)
+
+
+def _leaky(z):
+    return np.where(z > 0, z, 0.2 * z)
+
+
+def coda_layer_ref(q, k, v, previous, weights, biases):
+    """CODA's layer l >= 2 at evaluation, one (b, i, j) at a time (docs/heads.md, from the authors' code):
+    s = q.k / sqrt(d); u = s + a_prev; a = u + f(u), f the MLP across heads; p = softmax over keys j <= i."""
+    q, k, v, prev = (np.asarray(t, dtype=np.float64) for t in (q, k, v, previous))
+    w = [np.asarray(t.detach(), dtype=np.float64) for t in weights]
+    b = [np.asarray(t.detach(), dtype=np.float64) for t in biases]
+    b_, h_, t_, d = q.shape
+    a = np.zeros((b_, h_, t_, t_))
+    for bb in range(b_):
+        for i in range(t_):
+            for j in range(t_):
+                u = np.array([q[bb, h, i] @ k[bb, h, j] / np.sqrt(d) for h in range(h_)]) + prev[bb, :, i, j]
+                f = _leaky(w[0] @ u + b[0])
+                f = _leaky(w[1] @ f + b[1])
+                a[bb, :, i, j] = u + w[2] @ f + b[2]
+    out = np.zeros((b_, h_, t_, v.shape[-1]))
+    for bb in range(b_):
+        for h in range(h_):
+            for i in range(t_):
+                out[bb, h, i] = _softmax(a[bb, h, i, : i + 1]) @ v[bb, h, : i + 1]
+    return out, a
+
+
+def test_coda_layer_matches_the_cascade_written_out():
+    from attnlab.nn.heads import LogitCascade
+
+    torch.manual_seed(0)
+    cfg = get_variant("coda").replace(n_head=4, n_kv_head=4)
+    first, second = Attention(cfg, 32, layer=0).double().eval(), Attention(cfg, 32, layer=1).double().eval()
+    assert first.head_mlp is None and second.head_mlp is not None
+    first.cascade = second.cascade = LogitCascade()
+    x0, x1 = torch.randn(2, 6, 32, dtype=torch.float64), torch.randn(2, 6, 32, dtype=torch.float64)
+    with torch.no_grad():
+        first(x0)
+        a_prev = first.cascade.logits.clone()  # a^1 = s^1 at evaluation
+        q0, k0, _ = first.project(x0)
+        torch.testing.assert_close(a_prev, q0 @ k0.transpose(-1, -2) / np.sqrt(8), atol=TOL, rtol=0)
+        y = second(x1)
+        q, k, v = second.project(x1)
+    heads, a = coda_layer_ref(q, k, v, a_prev, second.head_mlp.weights, second.head_mlp.biases)
+    np.testing.assert_allclose(second.cascade.logits.numpy(), a, atol=TOL, rtol=0)
+    want = second.out_proj(torch.from_numpy(heads).transpose(1, 2).flatten(-2))
+    torch.testing.assert_close(y, want.detach(), atol=TOL, rtol=0)
+
+
+def test_coda_noise_is_unit_gaussian_in_training_and_absent_at_evaluation():
+    from attnlab.functional.heads import cascade_logits
+
+    scores = torch.randn(4, 4, 64, 64, dtype=torch.float64)
+    noisy = cascade_logits(scores, None, None, 1.0, generator=torch.Generator().manual_seed(0)) - scores
+    assert abs(noisy.mean().item()) < 0.02 and abs(noisy.std().item() - 1) < 0.02  # 65,536 draws: se ~0.004
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=2, n_head=4, n_embd=16, attention="coda"))
+    idx = torch.randint(0, 20, (2, 8))
+    assert model(idx, idx)[1] != model(idx, idx)[1]  # training: a fresh sample each forward
+    model.eval()
+    assert model(idx, idx)[1] == model(idx, idx)[1] and model.cascade.logits is None

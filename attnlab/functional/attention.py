@@ -49,7 +49,8 @@ def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", retur
     The one predicate for "these options reduce to softmax(q k' s + mask) v": AttentionConfig.sdpa_compatible
     asks it too (a per-(i, j) value gate, the prefix magnitude form, does not reduce; a per-key gate on v does).
     A logit prior, per key or per (i, j), is an additive float mask and never changes the answer. Talking heads
-    (head_mix) mix the logits of all heads at each (i, j), which no fused kernel does.
+    and CODA's cascade (head_mix: a head_mix or a logit_fn is given) change the logits of all heads at each (i, j),
+    which no fused kernel does.
     """
     reducible = (normalizer == "softmax" and not (causal and mask_form == "renormalize") and not return_weights
                  and not value_gate and not head_mix)
@@ -79,6 +80,7 @@ def attention(
     logit_prior: torch.Tensor | None = None,
     attn_mask: torch.Tensor | None = None,
     head_mix: tuple[torch.Tensor, torch.Tensor] | None = None,
+    logit_fn=None,
 ):
     """Attention over q [B, H, T, d], k [B, Hkv, S, d], v [B, Hkv, S, dv]; H must be a multiple of Hkv.
 
@@ -100,6 +102,8 @@ def attention(
     head_mix: talking heads (Shazeer et al. 2020; attnlab.functional.heads), (P_l, P_w) [H, H] each: the logits
         are mixed across heads by P_l before the mask, prior and softmax, the weights by P_w after them (explicit
         path; the returned weights are the mixed ones, those that multiply v).
+    logit_fn: optional z -> z' applied to the kernel's logits [B, H, T, S] before any mask or prior (explicit path;
+        e.g. CODA's cascade, attnlab.functional.heads.cascade_logits).
     causal with more keys than queries (S > T, decoding with a K/V cache): query i sits at position S - T + i and
     sees keys j <= S - T + i (attnlab.functional.masks.causal_keep).
     Returns the output [B, H, T, dv], or (output, weights [B, H, T, S]) when return_weights.
@@ -129,7 +133,8 @@ def attention(
     if head_mix is not None and any(m.shape != (h, h) for m in head_mix):
         raise ValueError(f"head_mix must be two [{h}, {h}] matrices, got {[tuple(m.shape) for m in head_mix]}")
     sdpa = uses_sdpa(normalizer=normalizer, causal=causal, mask_form=mask_form, return_weights=return_weights,
-                     backend=backend, value_gate=value_gate is not None, head_mix=head_mix is not None)
+                     backend=backend, value_gate=value_gate is not None,
+                     head_mix=head_mix is not None or logit_fn is not None)
     keep = causal_keep(t, s, device=q.device) if causal and not (sdpa and full) else None  # [T, S], j <= S - T + i
     keep = seen if keep is None else (keep if seen is None else keep & seen)
     if sdpa:
@@ -153,6 +158,8 @@ def attention(
 
     k, v = repeat_kv(k, h // h_kv), repeat_kv(v, h // h_kv)
     logits = (dot_logits if kernel == "dot" else rbf_logits)(q, k, scale, temperature)  # z_ij
+    if logit_fn is not None:
+        logits = logit_fn(logits)
     if head_mix is not None:
         logits = mix_heads(logits, head_mix[0])  # L_g = sum_h J_h P_l[h, g]     (talking heads, before the softmax)
     if bias is not None:

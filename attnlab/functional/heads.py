@@ -22,18 +22,40 @@ weight the heads of token i by a function of token i alone):
     top-k routed weights are renormalised to sum to 1, and each group is scaled by its number of active heads (the
     shared weights by h_s, the routed by k, [a_1, a_2] by 2), so that a uniform router weights every active head 1,
     as plain multi-head attention does.
+    cascaded head-colliding attention, CODA (Zheng et al. 2021, arXiv:2105.14850), as the authors' released code
+    (LZhengisme/CODA) computes it: the logits a^l of layer l are a Gaussian latent whose mean depends on every
+    head's logits at the same (i, j) and on layer l - 1's sampled logits, a cascade through the layers:
+        s^l = q k' s                                       the raw logits, [B, H, T, S]
+        a^1 = s^1 + e,          e ~ N(0, sigma^2 I) in training, e = 0 at evaluation
+        u^l = s^l + a^(l-1),    a^l = u^l + f_l(u^l) + e    (l >= 2; f_l an MLP across the H heads at each (i, j))
+        p^l = softmax(a^l + mask)
 """
 
 from __future__ import annotations
 
 import torch
 
-HEAD_MIXES = ("concat", "talking", "moh")
+HEAD_MIXES = ("concat", "talking", "moh", "coda")
+LOGIT_MIXES = ("talking", "coda")  # the head_mix values that change the logits inside the softmax: explicit path
 
 
 def mix_heads(x: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
     """Talking heads: y_g = sum_h x_h P[h, g] over the head axis 1 of x [B, H, T, S]; mix P [H, H]."""
     return torch.einsum("bhts,hg->bgts", x, mix)
+
+
+def cascade_logits(scores: torch.Tensor, previous: torch.Tensor | None, head_mlp, noise: float,
+                   generator: torch.Generator | None = None) -> torch.Tensor:
+    """CODA's logits a^l (module docstring) from the raw logits s^l [B, H, T, S] and layer l - 1's a (None in the
+    first layer); head_mlp maps [..., H] -> [..., H] (f_l); noise: sigma of the training noise (0: the mean path,
+    what evaluation uses). Masks are applied after this, so masked entries never reach an unmasked one (f_l acts
+    at one (i, j) at a time)."""
+    a = scores if previous is None else scores + previous  # u^l = s^l + a^(l-1)
+    if previous is not None:
+        a = a + head_mlp(a.movedim(1, -1)).movedim(-1, 1)  # u^l + f_l(u^l)
+    if noise:
+        a = a + noise * torch.randn(a.shape, dtype=a.dtype, device=a.device, generator=generator)
+    return a
 
 
 def moh_gates(shared_logits: torch.Tensor | None, routed_logits: torch.Tensor, group_logits: torch.Tensor | None,
@@ -64,4 +86,4 @@ def moh_balance_loss(probs: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
     return (f * p).sum()
 
 
-__all__ = ["HEAD_MIXES", "mix_heads", "moh_gates", "moh_balance_loss"]
+__all__ = ["HEAD_MIXES", "LOGIT_MIXES", "mix_heads", "cascade_logits", "moh_gates", "moh_balance_loss"]

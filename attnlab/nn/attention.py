@@ -10,7 +10,8 @@ from ..errors import ConfigError
 from ..functional.attention import attention
 from ..functional.scores import qk_normalize
 from .gates import MagnitudeGate
-from .heads import MoHRouter, TalkingHeads
+from ..functional.heads import cascade_logits
+from .heads import HeadMLP, LogitCascade, MoHRouter, TalkingHeads
 from .kv_cache import LayerKV
 from .projections import LatentKV, kv_cache_per_token, make_projection, resolve_latent, resolve_rank
 
@@ -28,10 +29,12 @@ class Attention(nn.Module):
     rebuilt from one latent per token (MLA: attribute kv_latent instead of k_proj, v_proj); out_proj=False drops W_o.
     qk_norm != "off": logits g cos(q_h, k_h) / T (Henry et al. 2020), g a float or the parameter qk_gain.
     head_mix: "talking" mixes the logits and the weights across heads (Shazeer et al. 2020); "moh" weights head h of
-    token t by a router's g_th before W_o, y = concat_h(g_h o_h) W_o (Jin et al. 2024; attnlab.functional.heads).
+    token t by a router's g_th before W_o, y = concat_h(g_h o_h) W_o (Jin et al. 2024); "coda" makes the logits a
+    cascade through the layers (Zheng et al. 2021; attnlab.functional.heads.cascade_logits): ``layer`` (the block's
+    index) > 0 gets the head MLP f_l, and GPT shares one LogitCascade among its layers (``cascade``).
     """
 
-    def __init__(self, config: AttentionConfig, n_embd: int):
+    def __init__(self, config: AttentionConfig, n_embd: int, layer: int = 0):
         super().__init__()
         if config.n_head is None or config.n_kv_head is None:
             raise ConfigError("Attention needs a resolved config: set n_head and n_kv_head (GPTConfig does this)")
@@ -64,11 +67,22 @@ class Attention(nn.Module):
         self.talking = TalkingHeads(self.n_head) if config.head_mix == "talking" else None
         self.router = MoHRouter(n_embd, self.n_head, *config.moh_sizes(), config.moh_balance) \
             if config.head_mix == "moh" else None
+        coda = config.head_mix == "coda"
+        self.head_mlp = HeadMLP(self.n_head) if coda and layer > 0 else None  # f_l; layer 1 has no a^(l-1)
+        self.cascade: LogitCascade | None = None
         self.head_mask: torch.Tensor | None = None  # xi [n_head]: head h's output times xi_h (Michel et al. 2019)
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """[B, T, n * head_dim] -> [B, n, T, head_dim]."""
         return x.unflatten(-1, (n, self.head_dim)).transpose(1, 2)
+
+    def _cascade(self, scores: torch.Tensor) -> torch.Tensor:
+        """CODA: a^l from s^l and the previous layer's a (noise in training only); hands a^l to the next layer."""
+        previous = None if self.cascade is None or self.head_mlp is None else self.cascade.logits
+        a = cascade_logits(scores, previous, self.head_mlp, self.config.coda_noise if self.training else 0.0)
+        if self.cascade is not None:
+            self.cascade.logits = a
+        return a
 
     @property
     def kv_cache_per_token(self) -> dict[str, int]:
@@ -116,6 +130,7 @@ class Attention(nn.Module):
             normalizer=cfg.normalizer, mask_form=cfg.mask_form, backend=cfg.backend,
             dropout_p=self.attn_dropout if self.training else 0.0, return_weights=return_weights,
             value_gate=value_gate, logit_prior=logit_prior, head_mix=None if self.talking is None else self.talking(),
+            logit_fn=self._cascade if cfg.head_mix == "coda" else None,
         )
         out, weights = out if return_weights else (out, None)
         if self.router is not None:  # MoH: head h of token t weighted by g_th      [B, H, T, d] * [B, H, T, 1]

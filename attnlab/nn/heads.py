@@ -1,12 +1,16 @@
 """The parameters of head recombination; the math is attnlab.functional.heads.
 
 TalkingHeads holds P_l and P_w (identity at init, so the layer starts as plain multi-head attention);
-MoHRouter holds W_s, W_r, W_h and keeps the last forward's router statistics for the balance loss and the logs.
+MoHRouter holds W_s, W_r, W_h and keeps the last forward's router statistics for the balance loss and the logs;
+HeadMLP is CODA's f_l and LogitCascade carries one layer's logits to the next.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..functional.heads import moh_balance_loss, moh_gates
@@ -22,6 +26,37 @@ class TalkingHeads(nn.Module):
 
     def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.logit_mix, self.weight_mix
+
+
+class HeadMLP(nn.Module):
+    """CODA's f_l: [..., H] -> [..., H], Linear(H, 4H), LeakyReLU(0.2), Linear(4H, 4H), LeakyReLU(0.2), Linear(4H, H),
+    applied at every (i, j) across the heads (the authors' released code, LZhengisme/CODA, with its init: Xavier
+    uniform with gain 1/sqrt(2), zero biases). Raw parameters, not nn.Linear, so GPT's N(0, 0.02) re-init of every
+    nn.Linear leaves that init alone (and attnlab.train.optim, which decays nn.Linear weights only, does not decay
+    them)."""
+
+    def __init__(self, n_head: int, hidden: int = 4):
+        super().__init__()
+        sizes = [(hidden * n_head, n_head), (hidden * n_head, hidden * n_head), (n_head, hidden * n_head)]
+        self.weights = nn.ParameterList(
+            nn.Parameter(nn.init.xavier_uniform_(torch.empty(*size), gain=1 / math.sqrt(2))) for size in sizes)
+        self.biases = nn.ParameterList(nn.Parameter(torch.zeros(size[0])) for size in sizes)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        for n, (w, b) in enumerate(zip(self.weights, self.biases)):
+            u = F.linear(u, w, b)
+            u = F.leaky_relu(u, 0.2) if n < len(self.weights) - 1 else u
+        return u
+
+
+class LogitCascade:
+    """CODA's state along one forward pass: the logits a^(l-1) of the last layer that ran (None before the first).
+
+    GPT gives every attention layer the same instance; the layers run in order, as every forward pass runs them, and
+    GPT.forward clears it after the last one. A layer without one (built alone) reads and writes nothing."""
+
+    def __init__(self):
+        self.logits: torch.Tensor | None = None
 
 
 class MoHRouter(nn.Module):
