@@ -123,3 +123,20 @@ def test_hijack_with_clusters_in_training_differs_from_hijack_1_only_in_m():
 def test_unknown_experiment_is_one_line():
     with pytest.raises(ConfigError, match="unknown experiment 'magnitud' \\(did you mean 'magnitude'\\?\\)"):
         load_experiment("magnitud")
+
+
+def test_heads_parts_are_one_grid_each_with_the_baseline():
+    """Issue 18 item 4: the head-recombination variants on the language model (heads-1/-2: the boneless budget on
+    the cpu model), on mqar (recall-mqar-4) and on hijack (heads-hijack: hijack-mixed-1's exact settings)."""
+    heads = {"talking-heads", "moh", "coda"}
+    lm = [load_experiment(n) for n in ("heads-1", "heads-2")]
+    assert {v for exp in lm for v in exp.variants} == heads | {"standard"}
+    assert lm[0].base_config() == lm[1].base_config() == load_experiment("boneless").base_config().replace(
+        out_dir=lm[0].base_config().out_dir)
+    assert set(load_experiment("recall-mqar-4").variants) == heads | {"standard"}
+    hijack = load_experiment("heads-hijack")
+    assert set(hijack.variants) == heads | {"standard"} and hijack.seeds == [0, 1, 2]
+    assert hijack.base_config() == load_experiment("hijack-mixed-1").base_config().replace(
+        out_dir=hijack.base_config().out_dir)
+    for exp in [*lm, hijack]:
+        assert exp.variants[0] == "standard" and exp.seeds == [0, 1, 2]
