@@ -56,8 +56,8 @@ def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", retur
                  and not value_gate and not head_mix)
     if backend == "sdpa" and not reducible:
         raise ValueError(
-            "backend='sdpa' cannot compute normalizer='none', mask_form='renormalize', a value_gate, talking heads "
-            "or return weights; use backend='auto' or 'explicit'"
+            "backend='sdpa' cannot compute normalizer='none', mask_form='renormalize', a value_gate, heads mixed "
+            "inside the softmax (talking heads, CODA) or return weights; use backend='auto' or 'explicit'"
         )
     return reducible and backend != "explicit"
 

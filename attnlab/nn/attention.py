@@ -8,9 +8,9 @@ from torch import nn
 from ..config import AttentionConfig
 from ..errors import ConfigError
 from ..functional.attention import attention
+from ..functional.heads import cascade_logits
 from ..functional.scores import qk_normalize
 from .gates import MagnitudeGate
-from ..functional.heads import cascade_logits
 from .heads import HeadMLP, LogitCascade, MoHRouter, TalkingHeads
 from .kv_cache import LayerKV
 from .projections import LatentKV, kv_cache_per_token, make_projection, resolve_latent, resolve_rank
