@@ -166,8 +166,8 @@ register(
 register(
     "identity-qk", "Q and K projections initialised to the identity (W = I, b = 0), then trained",
     "seed 001, step 5", q_mode="identity_init", k_mode="identity_init",
-    notes="the identity weights are raw parameters, not nn.Linear: GPT's N(0, 0.02) init leaves them alone, and "
-          "attnlab.train.optim (which decays nn.Linear weights only) does not decay them.",
+    notes="the identity weights are raw parameters, not nn.Linear: GPT's N(0, 0.02) init leaves them alone; "
+          "attnlab.train.optim decays them (towards 0, not towards I) like every 2-D weight.",
 )
 register(
     "residual-qk", "residual Q and K projections: Q = x W_q + x, K = x W_k + x (W initialised as usual)",
@@ -183,7 +183,7 @@ register(
     "low-rank", "low-rank Q, K, V projections W = B A, inner rank r = 1/4 of each projection's full rank",
     "seed 001 (low-rank attention weights)", rank_fraction=0.25,
     notes="r = min(in, out)/4: half the parameters of a dense square W (r (in + out) = n^2 / 2). B A is initialised "
-          "with the dense layer's entrywise std 0.02; its factors are raw parameters and are not weight-decayed.",
+          "with the dense layer's entrywise std 0.02; its factors are raw parameters, weight-decayed like every 2-D weight.",
 )
 register(
     "mla", "multi-head latent attention: K, V rebuilt from one cached latent c = RMSNorm(x W_dkv) of width n_embd/4",

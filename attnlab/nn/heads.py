@@ -32,8 +32,7 @@ class HeadMLP(nn.Module):
     """CODA's f_l: [..., H] -> [..., H], Linear(H, 4H), LeakyReLU(0.2), Linear(4H, 4H), LeakyReLU(0.2), Linear(4H, H),
     applied at every (i, j) across the heads (the authors' released code, LZhengisme/CODA, with its init: Xavier
     uniform with gain 1/sqrt(2), zero biases). Raw parameters, not nn.Linear, so GPT's N(0, 0.02) re-init of every
-    nn.Linear leaves that init alone (and attnlab.train.optim, which decays nn.Linear weights only, does not decay
-    them)."""
+    nn.Linear leaves that init alone; attnlab.train.optim decays the weights like every 2-D parameter."""
 
     def __init__(self, n_head: int, hidden: int = 4):
         super().__init__()

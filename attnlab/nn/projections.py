@@ -9,7 +9,7 @@
 
 IdentityInitLinear and LowRankLinear hold raw parameters, not nn.Linear children, so that GPT's N(0, 0.02)
 re-initialisation of every nn.Linear does not overwrite the identity or shrink the product B A to 0.02^2 scale.
-(attnlab.train.optim decays nn.Linear weights only, so these weights are not decayed.)
+(attnlab.train.optim decays them like a Linear's weight: every 2-D parameter but the embeddings decays.)
 """
 
 from __future__ import annotations
