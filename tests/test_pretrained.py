@@ -27,6 +27,7 @@ def test_every_variant_round_trips_exactly(name, tmp_path):
     assert all(torch.equal(ours[k], theirs[k]) for k in ours)
     assert loaded.lm_head.weight is loaded.wte.weight  # the tie survives
     idx = torch.randint(0, 30, (2, 16))
+    model.eval(), loaded.eval()  # deterministic forwards (coda samples its logits in training)
     assert torch.equal(model(idx)[0], loaded(idx)[0])
     saved = json.loads((tmp_path / "m" / "config.json").read_text())
     assert saved["model_type"] == "attnlab-gpt" and saved["attnlab_variant"] == (name if cfg.attention == name else None)
