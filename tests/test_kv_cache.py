@@ -65,3 +65,15 @@ def test_magnitude_variants_recompute_and_refuse_a_cache(name):
     assert out.shape == (1, 7)
     with pytest.raises(ConfigError, match="^a K/V cache is exact only for causal attention without a magnitude gate"):
         model.generate(idx, 3, use_cache=True)
+
+
+def test_mla_caches_its_latent_not_k_and_v():
+    """MLA's cache holds d_c floats per token (the latent c), as kv_cache_per_token reports; the logits stay exact
+    (test_incremental_logits_equal_the_full_forward)."""
+    model = _model("mla", "rope")
+    cache = model.new_cache()
+    model(torch.randint(0, 40, (2, 5)), cache=cache)
+    per_token = model.blocks[0].attn.kv_cache_per_token
+    for layer in cache.layers:
+        (latent,) = layer.buffers
+        assert latent.shape == (2, BLOCK, per_token["cached"]) and per_token["cached"] < per_token["kv"]

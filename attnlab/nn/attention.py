@@ -106,7 +106,13 @@ class Attention(nn.Module):
             raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate "
                               f"(this layer: causal={cfg.causal}, magnitude={cfg.magnitude!r})")
         offset = 0 if kv is None else kv.length
-        q, k, v = self.project(x)
+        latent_cache = kv is not None and self.kv_latent is not None  # MLA caches c, not K and V
+        if latent_cache:  # K, V of every cached position rebuilt from the latents c [B, S, d_c]
+            c = kv.append_latent(self.kv_latent.latent(x))
+            q = self._heads(self.q_proj(x), self.n_head)
+            k, v = (self._heads(up(c), self.n_kv_head) for up in (self.kv_latent.up_k, self.kv_latent.up_v))
+        else:
+            q, k, v = self.project(x)
         value_gate = logit_prior = None
         if self.magnitude is not None:  # keys before RoPE: clones of a token stay clones at every position
             g = self.magnitude(k).to(v.dtype)  # [B, Hkv, S] or, for "prefix", [B, Hkv, T, S]
@@ -117,12 +123,12 @@ class Attention(nn.Module):
             else:
                 v = v * g.unsqueeze(-1)  # Attn(Q, K, Gate o V)   (seed 000, step 3)
         if rope is not None:
-            q, k = rope(q, offset), rope(k, offset)
+            q, k = rope(q, offset), rope(k, 0 if latent_cache else offset)
         scale = cfg.scale
         if cfg.qk_norm != "off":  # <g q/|q|, k/|k|> = g cos(q, k): the logit scale is g, folded into q
             q, k = qk_normalize(q, k, self.qk_scale if self.qk_gain is None else self.qk_gain)
             scale = 1.0
-        if kv is not None:
+        if kv is not None and not latent_cache:
             k, v = kv.append(k, v)
         out = attention(
             q, k, v,
