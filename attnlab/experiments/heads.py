@@ -21,6 +21,7 @@ from ..atomic import write_text
 from ..data import prepare
 from ..errors import ConfigError, check_number
 from ..train import load_run
+from .maps import encode_text
 
 KNOCKOUT_BATCH = 8  # validation windows per forward in the knockout
 
@@ -35,13 +36,7 @@ def validation_windows(ds, n: int, block_size: int, seed: int) -> tuple[torch.Te
 def _text_ids(tokenizer, text: str, block_size: int) -> torch.Tensor:
     if not text:
         raise ConfigError("--text='' is empty; give at least one token of text to compare the heads on")
-    try:
-        ids = tokenizer.encode(text)
-    except ValueError as e:
-        raise ConfigError(f"cannot encode --text: {e}") from None
-    if not ids or len(ids) > block_size:
-        raise ConfigError(f"--text gives {len(ids)} tokens; allowed 1..{block_size} (the block size)")
-    return torch.tensor([ids], dtype=torch.long)
+    return torch.tensor([encode_text(tokenizer, text, block_size)], dtype=torch.long)
 
 
 def layer_similarity(model, sequences: torch.Tensor) -> list[torch.Tensor | None]:

@@ -26,7 +26,7 @@ def _tokens(run_dir, text: str | None, seed: int):
     if text is None:
         ids = task.sample(1, np.random.default_rng(seed))[0][0].tolist()
     else:
-        ids = _encode(tokenizer, text, cfg.model.block_size)
+        ids = encode_text(tokenizer, text, cfg.model.block_size)
     if task is not None:  # the task's own names (k3, v0, ...)
         labels = [task.token_name(i) for i in ids]
     else:
@@ -35,7 +35,8 @@ def _tokens(run_dir, text: str | None, seed: int):
     return model, torch.tensor([ids], dtype=torch.long), labels
 
 
-def _encode(tokenizer, text: str, block_size: int) -> list[int]:
+def encode_text(tokenizer, text: str, block_size: int) -> list[int]:
+    """The token ids of --text; a one-line ConfigError when it cannot be encoded or does not fit 1..block_size."""
     try:
         ids = tokenizer.encode(text)
     except ValueError as e:
