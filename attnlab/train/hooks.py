@@ -123,8 +123,8 @@ class HijackSweepHook(TrainHook):
 
 
 def default_hooks(cfg, model: nn.Module) -> list[TrainHook]:
-    """The hooks a run of ``cfg`` (a RunConfig) logs with: the gate hook when ``model`` has magnitude gates,
-    the rank hook when ``train.track_rank``, the hijack sweep on ``task:hijack``."""
+    """The hooks a run of ``cfg`` (a RunConfig) logs with: the gate hook when ``model`` has magnitude gates, the
+    MoH hook when it has MoH routers, the rank hook when ``train.track_rank``, the hijack sweep on ``task:hijack``."""
     hooks: list[TrainHook] = [MagnitudeGateHook()] if magnitude_gates(model) else []
     hooks += [MoHHook()] if moh_routers(model) else []
     if task_name(cfg.data.source) == "hijack":
