@@ -517,10 +517,9 @@ class _Trainer:
     @property
     def _skips_on_device(self) -> bool:
         """Whether a non-finite step is skipped by the fused AdamW kernel itself (its found_inf flag), so that the
-        loss and the gradient norm are read on the host only at logging, evaluation and checkpoint steps. Under DDP
-        the ranks agree on the skip with an all-reduce on the device, and vote on a stop only at those steps (an
-        interrupt takes effect at the next one). Not under fp16's GradScaler, which sets found_inf itself."""
-        return bool(self.optimizer.defaults.get("fused")) and not self.scaler.is_enabled()
+        loss and the gradient norm are read on the host only at logging, evaluation and checkpoint steps. Not under
+        fp16's GradScaler (which sets found_inf itself) nor DDP (whose stop vote is read every step anyway)."""
+        return bool(self.optimizer.defaults.get("fused")) and not self.scaler.is_enabled() and not self.info.enabled
 
     def _check_finite(self) -> None:
         """Raise _Diverged for the first step whose loss or gradient norm was not finite (its update was skipped)."""
@@ -547,16 +546,9 @@ class _Trainer:
                 hook.step_ends(self.model)
         read = record or self._eval_due(k) or self._checkpoint_due(k) or k >= self.tc.max_steps
         if self._skips_on_device:  # no host read of the loss or the norm unless this step is logged or saved
+            self.stop_agreed = self.stop_requested
             grad_norm = self._grad_norm()
             bad = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
-            if self.info.enabled:  # every rank skips the same steps; the stop vote waits for a step read anyway
-                bad = D.all_reduce(bad.float(), self.info, "max") > 0
-                if read:
-                    flag = torch.tensor(float(self.stop_requested), device=self.device)
-                    reduced = D.all_reduce(torch.stack([loss.float(), flag]), self.info)
-                    loss, self.stop_agreed = reduced[0] / self.info.world_size, bool(reduced[1] > 0)
-            else:
-                self.stop_agreed = self.stop_requested
             self.bad_step = torch.where(bad & (self.bad_step == 0), k, self.bad_step)
             if read or self.stop_agreed:  # before this step's update, as on the host-checked path
                 self._check_finite()
