@@ -21,7 +21,7 @@ from ..atomic import write_text
 from ..data import prepare
 from ..errors import ConfigError, check_number
 from ..train import load_run
-from .maps import encode_text
+from .maps import encode_text, panel_figure
 
 KNOCKOUT_BATCH = 8  # validation windows per forward in the knockout
 
@@ -74,20 +74,9 @@ def format_table(layers: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _figure(n_panels: int, width: float = 3.4, height: float = 3.2):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure  # no pyplot: no global backend state
-
-    cols = min(n_panels, 4)
-    rows = -(-n_panels // cols)
-    fig = Figure(figsize=(width * cols, height * rows), dpi=110)
-    FigureCanvasAgg(fig)
-    return fig, [fig.add_subplot(rows, cols, i + 1) for i in range(n_panels)]
-
-
 def plot_js(layers: list[dict], path: Path, source: str) -> Path:
     """One panel per layer: the [H, H] JS divergences, annotated (a shared colour scale from 0)."""
-    fig, axes = _figure(len(layers))
+    fig, axes = panel_figure(len(layers), width=3.4, height=3.2)
     top = max([max(map(max, row["js"])) for row in layers if row["js"] is not None] + [1e-12])
     for ax, row in zip(axes, layers):
         ax.set_title(f"layer {row['layer']}", fontsize=9)
@@ -115,7 +104,7 @@ def plot_js(layers: list[dict], path: Path, source: str) -> Path:
 def plot_knockout(layers: list[dict], base_loss: float, path: Path) -> Path:
     """Bars of delta_lh per head, grouped by layer."""
     n_head = len(layers[0]["knockout"])
-    fig, (ax,) = _figure(1, width=max(5.0, 0.3 * len(layers) * n_head + 2), height=3.4)
+    fig, (ax,) = panel_figure(1, width=max(5.0, 0.3 * len(layers) * n_head + 2), height=3.4)
     width = 0.8 / n_head
     for h in range(n_head):
         ax.bar([row["layer"] - 0.4 + (h + 0.5) * width for row in layers], [row["knockout"][h] for row in layers],

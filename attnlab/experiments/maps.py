@@ -46,13 +46,14 @@ def encode_text(tokenizer, text: str, block_size: int) -> list[int]:
     return ids
 
 
-def _figure(n_panels: int):
+def panel_figure(n_panels: int, width: float = 3.6, height: float = 3.4):
+    """A matplotlib Figure (no pyplot) with n_panels axes, at most 4 a row, each width x height inches."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # no pyplot: no global backend state
 
     cols = min(n_panels, 4)
     rows = -(-n_panels // cols)
-    fig = Figure(figsize=(3.6 * cols, 3.4 * rows), dpi=110)
+    fig = Figure(figsize=(width * cols, height * rows), dpi=110)
     FigureCanvasAgg(fig)
     return fig, [fig.add_subplot(rows, cols, i + 1) for i in range(n_panels)]
 
@@ -65,7 +66,7 @@ def _label(ax, labels, rows=True):
 
 
 def _heatmaps(mats, titles, labels, suptitle, path, vmin=0.0):
-    fig, axes = _figure(len(mats))
+    fig, axes = panel_figure(len(mats))
     for ax, mat, title in zip(axes, mats, titles):
         image = ax.imshow(mat, cmap="viridis", vmin=vmin, interpolation="nearest")
         ax.set_title(title, fontsize=9)
@@ -80,7 +81,7 @@ def _heatmaps(mats, titles, labels, suptitle, path, vmin=0.0):
 
 
 def _per_key(picture, labels, suptitle, path):
-    fig, axes = _figure(picture.gates.shape[0])
+    fig, axes = panel_figure(picture.gates.shape[0])
     for head, ax in enumerate(axes):
         positions = np.arange(len(labels))
         ax.bar(positions, picture.gates[head].numpy(), color="tab:blue", alpha=0.7, label=picture.applied_as)
