@@ -8,6 +8,7 @@ are checked equal), the same AdamW groups and schedule, the same batches (the sa
 the same clip. The two alternate in blocks of --steps steps, --repeats times; medians of the per-step times.
 
     python benchmarks/train_step.py                 # cpu preset, 3 x 60 steps each
+    python benchmarks/train_step.py --device cuda   # the same on a GPU (float32 with TF32, as the trainer runs it)
 Prints one JSON object with both medians and the ratio attnlab / reference (goal: at most 1.02).
 """
 
@@ -29,6 +30,7 @@ from attnlab.data import prepare
 from attnlab.presets import load_preset
 from attnlab.train import train
 from attnlab.train.optim import lr_at
+from attnlab.train.trainer import configure_tf32
 
 
 # ------------------------------------------------------------------------- the reference, nanoGPT-style
@@ -68,7 +70,7 @@ class RefGPT(nn.Module):
         self.head.weight = self.wte.weight
 
     def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.ln_f(x))
@@ -94,18 +96,21 @@ def reference_steps(model, ds, cfg, steps, gen, start_step):
     tc, block = cfg.train, cfg.model.block_size
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "wpe" not in n and "wte" not in n]
     rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "wpe" not in n and "wte" not in n)]
+    device = next(model.parameters()).device
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay}, {"params": rest, "weight_decay": 0}],
-                            lr=tc.lr, betas=(tc.beta1, tc.beta2))
+                            lr=tc.lr, betas=(tc.beta1, tc.beta2), fused=device.type == "cuda")  # nanoGPT's choice
     times, last = [], time.perf_counter()
     for k in range(start_step + 1, start_step + steps + 1):
         for group in opt.param_groups:
             group["lr"] = lr_at(k, tc)
-        x, y = ds.get_batch("train", tc.batch_size, block, gen)
+        x, y = (z.to(device, non_blocking=True) for z in ds.get_batch("train", tc.batch_size, block, gen))
         loss = model(x, y)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            loss.item()  # wait for the step, as attnlab's side is timed between completed steps
         now = time.perf_counter()
         times.append(now - last)
         last = now
@@ -113,17 +118,20 @@ def reference_steps(model, ds, cfg, steps, gen, start_step):
 
 
 # -------------------------------------------------------------------------------------------- timing
-def attnlab_steps(cfg, steps):
+def attnlab_steps(cfg, steps, device="cpu"):
     times, last = [], [time.perf_counter()]
 
     def tick(step):
+        if device == "cuda":
+            torch.cuda.synchronize()
         now = time.perf_counter()
         times.append(now - last[0])
         last[0] = now
 
     with tempfile.TemporaryDirectory() as out:
         run = apply_overrides(cfg, [f"out_dir={out}/run", f"train.max_steps={steps}", "train.eval_interval=0",
-                                    "train.checkpoint_interval=0", "train.sample_tokens=0", "train.track_rank=false"])
+                                    "train.checkpoint_interval=0", "train.sample_tokens=0", "train.track_rank=false",
+                                    f"train.device={device}"])
         train(run, quiet=True, _after_step=tick)
     return times[1:]  # the first interval includes the set-up
 
@@ -133,6 +141,7 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -149,13 +158,17 @@ def main(argv=None) -> None:
     with torch.no_grad():
         loss_ours, loss_ref = ours(x, y)[1].item(), ref(x, y).item()
     assert math.isclose(loss_ours, loss_ref, rel_tol=1e-5), (loss_ours, loss_ref)
+    ref.to(args.device)
+    if args.device == "cuda":
+        configure_tf32("cuda", cfg.train.dtype)  # what the trainer sets for its side
     a, b = [], []
     for r in range(args.repeats):
-        a += attnlab_steps(cfg, args.steps)
+        a += attnlab_steps(cfg, args.steps, args.device)
         b += reference_steps(ref, ds, cfg, args.steps, torch.Generator().manual_seed(cfg.train.seed), r * args.steps)
     ma, mb = statistics.median(a), statistics.median(b)
     print(json.dumps({
-        "benchmark": "train_step", "preset": "cpu", "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "benchmark": "train_step", "preset": "cpu", "device": args.device,
+        "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "dtype": cfg.train.dtype, "threads": torch.get_num_threads(), "torch": torch.__version__,
         "step0_loss": {"attnlab": round(loss_ours, 6), "reference": round(loss_ref, 6)},
         "median_step_ms": {"attnlab": round(1e3 * ma, 2), "reference": round(1e3 * mb, 2)},
         "ratio": round(ma / mb, 3), "steps_each": len(a),

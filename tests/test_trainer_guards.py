@@ -56,7 +56,7 @@ def test_tf32_on_for_cuda_float32_and_off_inside_the_magnitude_gate():
     are module properties, not attributes, so they are saved and restored by hand (monkeypatch cannot undo them)."""
     import torch
 
-    from attnlab.nn.gates import ieee_float32
+    from attnlab.functional.magnitude_kernel import ieee_float32
     from attnlab.train.trainer import configure_tf32
 
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -73,6 +73,35 @@ def test_tf32_on_for_cuda_float32_and_off_inside_the_magnitude_gate():
             assert torch.backends.cuda.matmul.allow_tf32  # CPU matmuls have no TF32: nothing to switch
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+@pytest.mark.parametrize("form", ["causal", "prefix"])
+def test_full_precision_backward_gives_autograd_s_values_and_gradients(form):
+    """The wrapper that runs the low-rank (autograd) gate's backward inside ieee_float32 on CUDA (its TF32 effect
+    is measured in tests/test_cuda.py): forced on CPU, its weights and gradients (keys, log t, landmarks) equal
+    plain autograd's in float64, to rounding (1e-12)."""
+    import torch
+
+    from attnlab.functional.magnitude_kernel import full_precision_backward, lowrank_key_weights
+
+    torch.manual_seed(0)
+    keys = torch.randn(2, 3, 40, 8, dtype=torch.float64, requires_grad=True)
+    log_t = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    marks = torch.randn(3, 16, 8, dtype=torch.float64, requires_grad=True)
+
+    def fn(k, lt, lm):
+        w, mag, _ = lowrank_key_weights(k, lm, lt.exp(), 0.1, form=form, chunk=16)
+        return w, mag
+
+    probe = None
+    results = []
+    for force in (False, True):
+        w, mag = full_precision_backward(fn, keys, log_t, marks, force=force)
+        probe = torch.linspace(-1, 1, w.numel(), dtype=w.dtype).view_as(w) if probe is None else probe
+        grads = torch.autograd.grad((w * probe).sum() + mag.sum(), (keys, log_t, marks))
+        results.append((w.detach(), *grads))
+    for plain, wrapped in zip(*results):
+        torch.testing.assert_close(wrapped, plain, rtol=1e-12, atol=1e-12)
 
 
 def test_mfu_counts_the_magnitude_gates():

@@ -9,6 +9,7 @@ kernel").
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
@@ -18,7 +19,7 @@ from .magnitude import CAUSAL_FORMS, FORMS, SOLVERS, SolveInfo, _cg, _dot, _eye,
 from .magnitude import relative_residual
 from .magnitude_lowrank import CHUNK, prefix_weight_matrix_lowrank
 
-__all__ = ["BLOCK", "CHUNK_BYTES", "DEVICE_CHUNK_BYTES", "inverse_cholesky", "gaussian_key_weights",
+__all__ = ["BLOCK", "CHUNK_BYTES", "DEVICE_CHUNK_BYTES", "full_precision_backward", "ieee_float32", "inverse_cholesky", "gaussian_key_weights",
            "lowrank_key_weights"]
 
 # ------------------------------------------------------------------- the gate's fast path (Gaussian kernel, fused)
@@ -43,6 +44,59 @@ __all__ = ["BLOCK", "CHUNK_BYTES", "DEVICE_CHUNK_BYTES", "inverse_cholesky", "ga
 # On CPU the batch is cut into chunks of at most CHUNK_BYTES per N x N buffer: larger buffers are fresh mmaps whose
 # page faults cost more than the arithmetic at N = 512, and a chunk's CG vectors stay below torch's parallel grain
 # size (no thread wake-ups for the many small vector operations).
+
+@contextlib.contextmanager
+def ieee_float32(device_type: str):
+    """Float32 matmuls at full precision inside the block on CUDA, whatever TF32 setting the run uses outside it:
+    the gate's Gram matrices and solves lose ~3 digits to TF32's 10-bit mantissa, which eps = 1e-3 cannot absorb.
+    MagnitudeGate.forward runs its solves inside it, and so does the hand-written backward of the exact kernel
+    (autograd runs a backward outside any context its forward was called in)."""
+    if device_type != "cuda":
+        yield
+        return
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+class _FullPrecisionBackward(torch.autograd.Function):
+    """fn(*inputs) -> tensors, the forward and the backward both inside ieee_float32. Autograd runs a backward
+    under whatever TF32 setting is in force when .backward() is called, so the graph of fn is recorded on detached
+    copies of the inputs in the forward and differentiated here, inside the guard."""
+
+    @staticmethod
+    def forward(ctx, fn, *inputs):
+        leaves = [x.detach().requires_grad_(x.requires_grad) for x in inputs]
+        with torch.enable_grad(), ieee_float32(leaves[0].device.type):
+            outs = fn(*leaves)
+        ctx.leaves, ctx.outs = leaves, outs
+        return tuple(o.detach() for o in outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        pairs = [(o, g) for o, g in zip(ctx.outs, grads) if o.requires_grad and g is not None]
+        wanted = [x for x in ctx.leaves if x.requires_grad]
+        got = [None] * len(wanted)
+        if pairs and wanted:
+            with ieee_float32(wanted[0].device.type):
+                got = torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
+        got = iter(got)
+        return (None, *(next(got) if x.requires_grad else None for x in ctx.leaves))
+
+
+def full_precision_backward(fn, *inputs, force: bool = False):
+    """fn(*inputs) (a tuple of tensors) with IEEE float32 matmuls in its forward AND its backward on CUDA, where
+    the caller runs TF32 (the trainer's float32 setting) and a gradient is wanted; otherwise fn(*inputs) inside
+    ieee_float32. force: take the autograd wrapper on any device (for tests on CPU)."""
+    wrap = force or (inputs[0].device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32)
+    if wrap and torch.is_grad_enabled() and any(x.requires_grad for x in inputs):
+        return _FullPrecisionBackward.apply(fn, *inputs)
+    with ieee_float32(inputs[0].device.type):
+        return fn(*inputs)
+
 
 BLOCK = 32  # diagonal blocks factored by LAPACK in inverse_cholesky
 CHUNK_BYTES = 2**24  # CPU: at most 16 MiB per [chunk, N, N] buffer
@@ -221,6 +275,11 @@ class _GaussianKeyWeights(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, gw, *_):
+        with ieee_float32(gw.device.type):  # as the forward: no TF32 in the solves' products
+            return _GaussianKeyWeights._backward(ctx, gw)
+
+    @staticmethod
+    def _backward(ctx, gw):
         t, left, w, *rest = ctx.saved_tensors
         a, saved = rest[: len(ctx.chunks)], rest[len(ctx.chunks):]
         n_mats, n, d = left.shape[0], left.shape[1], left.shape[2] - 2

@@ -4,7 +4,6 @@ With apply_to="logits" the same module returns a logit prior instead of a gate (
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -12,23 +11,8 @@ from torch import nn
 
 from ..functional import magnitude as M
 from ..functional.magnitude import FORMS
-from ..functional.magnitude_kernel import gaussian_key_weights, lowrank_key_weights
+from ..functional.magnitude_kernel import full_precision_backward, gaussian_key_weights, ieee_float32, lowrank_key_weights
 from ..functional.magnitude_lowrank import CHUNK, LANDMARK_INIT_STD, RANK
-
-
-@contextlib.contextmanager
-def ieee_float32(device_type: str):
-    """Float32 matmuls at full precision inside the block on CUDA, whatever TF32 setting the run uses outside it:
-    the gate's Gram matrices and solves lose ~3 digits to TF32's 10-bit mantissa, which eps = 1e-3 cannot absorb."""
-    if device_type != "cuda":
-        yield
-        return
-    before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 class MagnitudeGate(nn.Module):
@@ -105,17 +89,34 @@ class MagnitudeGate(nn.Module):
         """(w, |X| [...], SolveInfo): mu_j, w_j or M_ij of keys k [..., S, d] (computed in >= float32).
 
         The Gaussian kernel takes the fused fast path (gaussian_key_weights: same math, hand-written gradients);
-        the Laplacian kernel the general functions. with_residual=False leaves SolveInfo.residual empty.
+        the Laplacian kernel and the low-rank solver the general functions. with_residual=False leaves
+        SolveInfo.residual empty. On CUDA the matmuls run in IEEE float32 whatever the caller's TF32 setting, in
+        the forward and in the backward (the fused kernel guards its own backward; the autograd paths go through
+        full_precision_backward).
         """
         if k.dtype in (torch.float16, torch.bfloat16):
             k = k.float()  # no half-precision Cholesky; at eps = 1e-3 float32 moves gates by < 1e-3 (measure_gates)
+        if self.kernel == "gaussian" and self.solver != "lowrank":
+            with ieee_float32(k.device.type):
+                return gaussian_key_weights(k, self.t.to(k.dtype), self.eps, form=self.form, solver=self.solver,
+                                            max_iter=self.cg_iters, with_residual=with_residual)
+        params = (self.log_t,) if self.landmarks is None else (self.log_t, self.landmarks)
+        info = []
+
+        def solve(keys, log_t, landmarks=None):
+            w, mag, solve_info = self._solve(keys, log_t.exp().to(keys.dtype), landmarks, with_residual)
+            info.append(solve_info)
+            return w, mag
+
+        w, mag = full_precision_backward(solve, k, *params)
+        return w, mag, info[0]
+
+    def _solve(self, k, t, landmarks, with_residual):
+        """weights() on the general paths (autograd through torch's solves), t = exp(log t) given."""
         if self.solver == "lowrank":
-            return lowrank_key_weights(k, self.landmarks.to(k.dtype), self.t.to(k.dtype), self.eps, form=self.form,
-                                       chunk=self.chunk, with_residual=with_residual)
-        if self.kernel == "gaussian":
-            return gaussian_key_weights(k, self.t.to(k.dtype), self.eps, form=self.form, solver=self.solver,
-                                        max_iter=self.cg_iters, with_residual=with_residual)
-        z = M.similarity(k, self.t.to(k.dtype), self.kernel)
+            return lowrank_key_weights(k, landmarks.to(k.dtype), t, self.eps, form=self.form, chunk=self.chunk,
+                                       with_residual=with_residual)
+        z = M.similarity(k, t, self.kernel)
         if self.form == "global":
             mu, info = M.solve_weights(z, self.eps, solver=self.solver, max_iter=self.cg_iters)
             return mu, mu.sum(-1), info
@@ -127,8 +128,8 @@ class MagnitudeGate(nn.Module):
         return w, (y * y).sum(-1), M.SolveInfo(residual, 0, jitter)
 
     def forward(self, k: torch.Tensor) -> torch.Tensor:
-        # no bfloat16 solves under mixed precision, no TF32 matmuls in them (ieee_float32)
-        with torch.autocast(k.device.type, enabled=False), ieee_float32(k.device.type):
+        # no bfloat16 solves under mixed precision; weights() keeps TF32 out of the solves
+        with torch.autocast(k.device.type, enabled=False):
             w, mag, info = self.weights(k, with_residual=self.record_stats)
             if self.apply_to == "logits":
                 g = M.log_prior(w)  # log max(w, PRIOR_FLOOR): added to the logits, p_ij ~ w_ij exp(z_ij)
