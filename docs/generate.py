@@ -20,7 +20,10 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
   (or ``<stem>.json``)
   (:func:`attnlab.experiments.lowrank_error.error_table`);
 - ``BENCH-LONG:<dir>``: the rows of ``benchmarks/magnitude.py --long`` saved in ``results/<dir>/bench_long.json``;
-- ``BENCH-GENERATE``: the rows of ``benchmarks/generate.py`` saved in ``results/benchmarks/generate.json``.
+- ``BENCH-GENERATE``: the rows of ``benchmarks/generate.py`` saved in ``results/benchmarks/generate.json``;
+- ``BENCH-CUDA:<part>``: what a GPU measured, from ``results/benchmarks/cuda/``: ``path`` (benchmarks/cuda_path.py
+  and train_step.py --device cuda), ``train`` (a gpt2-small run), ``long`` (magnitude.py --long), ``layer``
+  (attention_layer.py in bfloat16).
 
 Blocks with other names (the hand-written ``MAGNITUDE-TEXT`` and the like) are left alone. tests/test_docs.py
 imports this file and checks that every committed block equals what it generates, so the text cannot drift from
@@ -40,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)*):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
 GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "HIJACK-SUMMARY:", "HIJACK-PROTOCOL:",
-             "LOWRANK-ERROR:", "BENCH-LONG:")
+             "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:")
 
 
 def pages() -> list[Path]:
@@ -218,11 +221,11 @@ def hijack_protocol_block(spec: str) -> str:
                            [(p.name, read_results(p)[1]) for p in _parts(prefix)])
 
 
-def bench_long_block(name: str) -> str:
+def bench_long_block(name: str, path: Path | None = None) -> str:
     """A table of the rows (and the scaling exponents) of a saved ``benchmarks/magnitude.py --long`` run."""
     import json
 
-    bench = json.loads((ROOT / "results" / name / "bench_long.json").read_text())
+    bench = json.loads((path or ROOT / "results" / name / "bench_long.json").read_text())
     lines = ["| row | T | fwd+bwd ms | SDPA ms | ratio | target | peak MiB | SDPA peak MiB |",
              "|---|---|---|---|---|---|---|---|"]
     for r in bench["results"]:
@@ -231,6 +234,59 @@ def bench_long_block(name: str) -> str:
                      f"{r['fwd_bwd_ratio']}x | {target} | {r['peak_mb']} | {r['sdpa_peak_mb']} |")
     slopes = ", ".join(f"{k} {v}" for k, v in bench["scaling"].items())
     return "\n".join(lines) + f"\n\nScaling exponents (log-log slope of time against T): {slopes}.\n"
+
+
+def bench_cuda_block(part: str) -> str:
+    """Tables of what a GPU measured (results/benchmarks/cuda/): the CUDA path's design checks, a training run,
+    the long-context magnitude rows and the attention layer in bfloat16."""
+    import json
+
+    folder = ROOT / "results" / "benchmarks" / "cuda"
+    if part == "long":
+        return bench_long_block("", folder / "magnitude_long.json")
+    if part == "layer":
+        bench = json.loads((folder / "attention_layer_bf16.json").read_text())
+        lines = ["| variant | path | fwd ms | fwd vs SDPA | fwd+bwd ms | fwd+bwd vs SDPA |", "|---|---|---|---|---|---|"]
+        for r in bench["results"]:
+            lines.append(f"| `{r['variant']}` | {'SDPA' if r['sdpa_path'] else 'explicit'} | {r['layer_fwd_ms']} | "
+                         f"{r['layer_fwd_ratio']}x | {r['layer_fwd_bwd_ms']} | {r['layer_fwd_bwd_ratio']}x |")
+        s = bench["shape"]
+        return "\n".join(lines) + (f"\n\nBatch {s['batch']}, {s['heads']} heads, T = {s['seq']}, head_dim "
+                                   f"{s['head_dim']}, {bench['dtype']}, torch {bench['torch']}, medians of "
+                                   f"{bench['repeats']}.\n")
+    if part == "train":
+        r = json.loads((folder / "gpt2_small_summary.json").read_text())
+        return ("| preset | steps | tokens | wall s | tokens/s | MFU | bf16 peak TFLOP/s (measured) | val loss |\n"
+                "|---|---|---|---|---|---|---|---|\n"
+                f"| `{r['preset']}` ({r['n_params'] / 1e6:.1f}M parameters, {r['dtype']}) | {r['steps']} | "
+                f"{r['tokens_seen']:,} | {r['wall_time_s']:.0f} | {r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | "
+                f"{r['matmul_peak_gflops'] / 1e3:.0f} | {r['final_val_loss']:.3f} |\n")
+    path = json.loads((folder / "cuda_path.json").read_text())
+    step = json.loads((folder / "train_step.json").read_text())
+    peaks = path["peaks_gflops"]
+    lines = ["Matmul rate (n = 8192, TFLOP/s): " + ", ".join(f"{k.replace('_', ' with ')} {v['8192'] / 1e3:.1f}"
+                                                           for k, v in peaks.items()) + ".", "",
+             "| magnitude gate | CPU float32 | GPU, TF32 on, guarded | GPU, TF32 on, unguarded |", "|---|---|---|---|"]
+
+    def pair(v):
+        return "Cholesky fails" if isinstance(v, str) else f"{v[0]:.2g} / {v[1]:.2g}"
+
+    for name, row in path["tf32_gate_errors"].items():
+        if name != "note":
+            lines.append(f"| {name} | {pair(row['cpu_float32'])} | {pair(row['cuda_float32_tf32_guarded'])} | "
+                         f"{pair(row['cuda_float32_tf32_unguarded'])} |")
+    lines += ["", "| GQA, 8 query / 2 K/V heads, T = 1024 | kernels taking enable_gqa | attnlab ms | SDPA enable_gqa ms "
+              "| SDPA repeated K/V ms | attnlab / best |", "|---|---|---|---|---|---|"]
+    for dtype, g in path["gqa"].items():
+        took = ", ".join(k.split("_")[0].lower() for k, ok in g["enable_gqa_accepted_by"].items() if ok)
+        ms = g["fwd_bwd_ms"]
+        lines.append(f"| {dtype} | {took} | {ms['attnlab']} | {ms['sdpa_enable_gqa']} | {ms['sdpa_repeated_kv']} | "
+                     f"{g['attnlab_over_best_raw']}x |")
+    lines += ["", f"Training step of the `cpu` preset on the GPU ({step['dtype']}, TF32): attnlab "
+              f"{step['median_step_ms']['attnlab']} ms against the nanoGPT-style reference's "
+              f"{step['median_step_ms']['reference']} ms, ratio {step['ratio']} ({step['steps_each']} steps each; "
+              f"step-0 losses {step['step0_loss']['attnlab']} and {step['step0_loss']['reference']})."]
+    return f"{path['device_name']}, torch {path['torch']} (CUDA {path['cuda']}).\n\n" + "\n".join(lines) + "\n"
 
 
 def bench_generate_block() -> str:
@@ -273,6 +329,8 @@ def render(name: str, page: Path) -> str | None:
         return bench_long_block(name.split(":", 1)[1])
     if name == "BENCH-GENERATE":
         return bench_generate_block()
+    if name.startswith("BENCH-CUDA:"):
+        return bench_cuda_block(name.split(":", 1)[1])
     if name.startswith("LOWRANK-ERROR:"):
         import json
 
