@@ -87,13 +87,18 @@ class _FullPrecisionBackward(torch.autograd.Function):
         return (None, *(next(got) if x.requires_grad else None for x in ctx.leaves))
 
 
+@torch.compiler.disable  # a graph recorded in the forward and differentiated in the backward: eager under compile
+def _full_precision_apply(fn, *inputs):
+    return _FullPrecisionBackward.apply(fn, *inputs)
+
+
 def full_precision_backward(fn, *inputs, force: bool = False):
     """fn(*inputs) (a tuple of tensors) with IEEE float32 matmuls in its forward AND its backward on CUDA, where
     the caller runs TF32 (the trainer's float32 setting) and a gradient is wanted; otherwise fn(*inputs) inside
     ieee_float32. force: take the autograd wrapper on any device (for tests on CPU)."""
     wrap = force or (inputs[0].device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32)
     if wrap and torch.is_grad_enabled() and any(x.requires_grad for x in inputs):
-        return _FullPrecisionBackward.apply(fn, *inputs)
+        return _full_precision_apply(fn, *inputs)
     with ieee_float32(inputs[0].device.type):
         return fn(*inputs)
 
