@@ -254,13 +254,17 @@ def bench_cuda_block(part: str) -> str:
         return "\n".join(lines) + (f"\n\nBatch {s['batch']}, {s['heads']} heads, T = {s['seq']}, head_dim "
                                    f"{s['head_dim']}, {bench['dtype']}, torch {bench['torch']}, medians of "
                                    f"{bench['repeats']}.\n")
-    if part == "train":
-        r = json.loads((folder / "gpt2_small_summary.json").read_text())
-        return ("| preset | steps | tokens | wall s | tokens/s | MFU | bf16 peak TFLOP/s (measured) | val loss |\n"
-                "|---|---|---|---|---|---|---|---|\n"
-                f"| `{r['preset']}` ({r['n_params'] / 1e6:.1f}M parameters, {r['dtype']}) | {r['steps']} | "
-                f"{r['tokens_seen']:,} | {r['wall_time_s']:.0f} | {r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | "
-                f"{r['matmul_peak_gflops'] / 1e3:.0f} | {r['final_val_loss']:.3f} |\n")
+    if part == "train":  # every saved run summary: <preset>[-compiled | -<dtype> | -<variant>...]_summary.json
+        lines = ["| run | variant | dtype | compiled | steps | wall s | tokens/s | MFU | peak TFLOP/s (measured) | "
+                 "val loss |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for f in sorted(folder.glob("*_summary.json")):
+            r = json.loads(f.read_text())
+            run = f.name.removesuffix("_summary.json")
+            lines.append(f"| `{run}` | `{r['variant']}` | {r['dtype']} | {'yes' if 'compiled' in run else 'no'} | "
+                         f"{r['steps']} | {r['wall_time_s']:.0f} | {r['tokens_per_s']:,.0f} | "
+                         f"{100 * r['mfu']:.{1 if r['mfu'] > 0.01 else 3}f}% | {r['matmul_peak_gflops'] / 1e3:.0f} | "
+                         f"{r['final_val_loss']:.3f} |")
+        return "\n".join(lines) + "\n"
     path = json.loads((folder / "cuda_path.json").read_text())
     step = json.loads((folder / "train_step.json").read_text())
     peaks = path["peaks_gflops"]
