@@ -287,3 +287,22 @@ def test_size_errors_at_model_config_time():
                    "rank=32", "full rank 32")
     one_line_error(lambda: GPTConfig(n_head=4, n_embd=32, attention=AttentionConfig(rank=8, n_kv_head=1)),
                    "rank=8", "k projection (32 -> 8)")
+
+
+@pytest.mark.parametrize("variant, fused", [("standard", True), ("gqa", True), ("identity-qk", False),
+                                            ("residual-qk", False), ("low-rank", False), ("mla", False)])
+def test_plain_projections_run_as_one_matmul_with_the_same_result(variant, fused):
+    """Attention.project stacks W_q, W_k, W_v into one matmul when all three are plain nn.Linear layers (the same
+    parameters, nanoGPT's fused c_attn); its q, k, v equal the three layers applied one by one, to float64 rounding.
+    Projections that are not plain linear layers (identity-initialised, residual, low-rank, MLA's latent) are applied
+    one by one."""
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=4, n_embd=32, attention=variant)
+    layer = Attention(cfg.resolved_attention(), 32).double()
+    x = torch.randn(2, 8, 32, dtype=torch.float64)
+    assert (layer._plain_qkv() is not None) == fused
+    q, k, v = layer.project(x)
+    by_one = [layer.q_proj(x)] + (list(layer.kv_latent(x)) if layer.kv_latent is not None
+                                 else [layer.k_proj(x), layer.v_proj(x)])
+    for got, ref, n in zip((q, k, v), by_one, (layer.n_head, layer.n_kv_head, layer.n_kv_head)):
+        torch.testing.assert_close(got, layer._heads(ref, n), rtol=1e-12, atol=1e-12)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..config import AttentionConfig
@@ -89,10 +90,29 @@ class Attention(nn.Module):
         """Floats per token in a K/V inference cache for this layer: "cached" (d_c for MLA), "kv" (2 n_kv_head d)."""
         return kv_cache_per_token(self.config, self.n_head * self.head_dim)
 
+    def _plain_qkv(self) -> list[nn.Linear] | None:
+        """[W_q, W_k, W_v] when all three are plain nn.Linear layers with the same bias setting (no latent), so that
+        one matmul with their stacked weights computes them; None otherwise."""
+        if self.kv_latent is not None:
+            return None
+        mods = [self.q_proj, self.k_proj, self.v_proj]
+        plain = all(isinstance(m, nn.Linear) and type(m).forward is nn.Linear.forward for m in mods)
+        return mods if plain and len({m.bias is None for m in mods}) == 1 else None
+
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q [B, n_head, T, d], k, v [B, n_kv_head, T, d] (before RoPE and QK-norm)."""
-        k, v = self.kv_latent(x) if self.kv_latent is not None else (self.k_proj(x), self.v_proj(x))
-        return self._heads(self.q_proj(x), self.n_head), self._heads(k, self.n_kv_head), self._heads(v, self.n_kv_head)
+        """q [B, n_head, T, d], k, v [B, n_kv_head, T, d] (before RoPE and QK-norm).
+
+        Plain linear projections run as one matmul, [q k v] = x [W_q; W_k; W_v]' + [b_q b_k b_v], as nanoGPT's
+        fused c_attn does: the same parameters (and state dict) as three layers, one GEMM instead of three."""
+        mods = self._plain_qkv()
+        if mods is not None:
+            weight = torch.cat([m.weight for m in mods])
+            bias = None if mods[0].bias is None else torch.cat([m.bias for m in mods])
+            q, k, v = F.linear(x, weight, bias).split([m.out_features for m in mods], dim=-1)
+        else:
+            k, v = self.kv_latent(x) if self.kv_latent is not None else (self.k_proj(x), self.v_proj(x))
+            q = self.q_proj(x)
+        return self._heads(q, self.n_head), self._heads(k, self.n_kv_head), self._heads(v, self.n_kv_head)
 
     def forward(self, x: torch.Tensor, rope: nn.Module | None = None, return_weights: bool = False,
                 kv: LayerKV | None = None):
