@@ -16,30 +16,25 @@ from __future__ import annotations
 import contextlib
 import json
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from attention_layer import _timed  # benchmarks/ helpers
 
 from attnlab import attention
 from attnlab.nn.gates import MagnitudeGate
 from attnlab.train.flops import measure_matmul_gflops
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+CUDA = torch.device("cuda")
 
 
 def median_ms(fn, repeats=20, warmup=3) -> float:
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(1e3 * (time.perf_counter() - start))
-    return statistics.median(times)
+    return statistics.median(_timed(fn, CUDA) for _ in range(repeats))
 
 
 def peaks() -> dict:
@@ -89,16 +84,16 @@ def gqa(batch=8, heads=8, kv_heads=2, seq=1024, dim=64) -> dict:
 
 @contextlib.contextmanager
 def unguarded():
-    """The gate's TF32 guards switched off (ieee_float32 a no-op), to measure what they buy."""
+    """The gate's TF32 guards switched off (ieee_float32 a no-op: every guard looks it up in its module), to
+    measure what they buy."""
     import attnlab.functional.magnitude_kernel as kernel
-    import attnlab.nn.gates as gates
 
-    saved = kernel.ieee_float32, gates.ieee_float32
-    kernel.ieee_float32 = gates.ieee_float32 = lambda device_type: contextlib.nullcontext()
+    saved = kernel.ieee_float32
+    kernel.ieee_float32 = lambda device_type: contextlib.nullcontext()
     try:
         yield
     finally:
-        kernel.ieee_float32, gates.ieee_float32 = saved
+        kernel.ieee_float32 = saved
 
 
 def tf32_gate_errors() -> dict:

@@ -168,7 +168,8 @@ def main(argv=None) -> None:
     ma, mb = statistics.median(a), statistics.median(b)
     print(json.dumps({
         "benchmark": "train_step", "preset": "cpu", "device": args.device,
-        "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "dtype": cfg.train.dtype, "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "dtype": cfg.train.dtype,
+        "threads": torch.get_num_threads(), "torch": torch.__version__,
         "step0_loss": {"attnlab": round(loss_ours, 6), "reference": round(loss_ref, 6)},
         "median_step_ms": {"attnlab": round(1e3 * ma, 2), "reference": round(1e3 * mb, 2)},
         "ratio": round(ma / mb, 3), "steps_each": len(a),

@@ -72,20 +72,20 @@ def attention_ref(q, k, v, *, causal=False, scale=None, temperature=1.0, kernel=
     return out, weights
 
 
-def max_leak(model: GPT, positions=(0, 3, 8, 14)) -> float:
+def max_leak(model: GPT, positions=(0, 3, 8, 14), device: str | torch.device = "cpu") -> float:
     """Largest change of logits[:, :i+1] when tokens i+1.. (of T random tokens from the model's vocabulary) are
-    replaced, over the given positions i."""
-    model = model.double().eval()
+    replaced, over the given positions i; the model runs in float64 on ``device``."""
+    model = model.double().to(device).eval()
     vocab = model.config.vocab_size
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, vocab, (2, T), generator=g)
     with torch.no_grad():
-        base = model(idx)[0]
+        base = model(idx.to(device))[0]
         worst = 0.0
         for i in positions:
             perturbed = idx.clone()
             perturbed[:, i + 1:] = (idx[:, i + 1:] + 1 + torch.randint(0, vocab - 1, (2, T - i - 1), generator=g)) % vocab
-            out = model(perturbed)[0]
+            out = model(perturbed.to(device))[0]
             worst = max(worst, (out[:, : i + 1] - base[:, : i + 1]).abs().max().item())
             assert (out[:, i + 1:] - base[:, i + 1:]).abs().max() > 1e-6  # the perturbation does reach the future
     return worst

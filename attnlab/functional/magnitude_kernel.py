@@ -19,8 +19,8 @@ from .magnitude import CAUSAL_FORMS, FORMS, SOLVERS, SolveInfo, _cg, _dot, _eye,
 from .magnitude import relative_residual
 from .magnitude_lowrank import CHUNK, prefix_weight_matrix_lowrank
 
-__all__ = ["BLOCK", "CHUNK_BYTES", "DEVICE_CHUNK_BYTES", "full_precision_backward", "ieee_float32", "inverse_cholesky", "gaussian_key_weights",
-           "lowrank_key_weights"]
+__all__ = ["BLOCK", "CHUNK_BYTES", "DEVICE_CHUNK_BYTES", "full_precision_backward", "ieee_float32",
+           "inverse_cholesky", "gaussian_key_weights", "lowrank_key_weights"]
 
 # ------------------------------------------------------------------- the gate's fast path (Gaussian kernel, fused)
 #
@@ -49,8 +49,8 @@ __all__ = ["BLOCK", "CHUNK_BYTES", "DEVICE_CHUNK_BYTES", "full_precision_backwar
 def ieee_float32(device_type: str):
     """Float32 matmuls at full precision inside the block on CUDA, whatever TF32 setting the run uses outside it:
     the gate's Gram matrices and solves lose ~3 digits to TF32's 10-bit mantissa, which eps = 1e-3 cannot absorb.
-    MagnitudeGate.forward runs its solves inside it, and so does the hand-written backward of the exact kernel
-    (autograd runs a backward outside any context its forward was called in)."""
+    gaussian_key_weights runs its forward and its hand-written backward inside it (autograd runs a backward
+    outside any context its forward was called in); the autograd paths use full_precision_backward."""
     if device_type != "cuda":
         yield
         return
@@ -362,7 +362,8 @@ def gaussian_key_weights(keys: torch.Tensor, t, eps: float = 0.0, *, form: str =
     form "global": mu [..., N] ((Z + eps I) mu = 1; solver "cholesky" or "cg" truncated at max_iter);
     "causal": w_j = y_j / L_jj [..., N]; "prefix": M [..., N, N]. |X| is that of the whole key set (CG: 1'mu).
     SolveInfo.residual is empty unless with_residual (it costs one more product with Z per matrix).
-    Differentiable in keys and t (a tensor or a number); numerically the same as the general functions.
+    Differentiable in keys and t (a tensor or a number); numerically the same as the general functions. On CUDA
+    its matmuls run in IEEE float32 (ieee_float32) in the forward and the backward, whatever the TF32 setting.
     """
     if form not in FORMS:
         raise ValueError(f"form={form!r} is not allowed; choose one of: {', '.join(map(repr, FORMS))}")
@@ -370,8 +371,9 @@ def gaussian_key_weights(keys: torch.Tensor, t, eps: float = 0.0, *, form: str =
         raise ValueError(f"solver={solver!r} is not allowed for form={form!r}")
     lead, (n, d) = keys.shape[:-2], keys.shape[-2:]
     t = torch.as_tensor(t, dtype=keys.dtype, device=keys.device)
-    w, mag, jitter, residual = _GaussianKeyWeights.apply(keys.reshape(-1, n, d), t, float(eps), form, solver,
-                                                         max_iter, with_residual)
+    with ieee_float32(keys.device.type):  # the forward's products; the backward guards its own
+        w, mag, jitter, residual = _GaussianKeyWeights.apply(keys.reshape(-1, n, d), t, float(eps), form, solver,
+                                                             max_iter, with_residual)
     its = max_iter if solver == "cg" else 0
     info = SolveInfo(residual.reshape(lead) if with_residual else residual, its, jitter.reshape(*lead, n))
     return w.reshape(*lead, *w.shape[1:]), mag.reshape(lead), info

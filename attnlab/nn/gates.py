@@ -11,7 +11,7 @@ from torch import nn
 
 from ..functional import magnitude as M
 from ..functional.magnitude import FORMS
-from ..functional.magnitude_kernel import full_precision_backward, gaussian_key_weights, ieee_float32, lowrank_key_weights
+from ..functional.magnitude_kernel import full_precision_backward, gaussian_key_weights, lowrank_key_weights
 from ..functional.magnitude_lowrank import CHUNK, LANDMARK_INIT_STD, RANK
 
 
@@ -91,15 +91,14 @@ class MagnitudeGate(nn.Module):
         The Gaussian kernel takes the fused fast path (gaussian_key_weights: same math, hand-written gradients);
         the Laplacian kernel and the low-rank solver the general functions. with_residual=False leaves
         SolveInfo.residual empty. On CUDA the matmuls run in IEEE float32 whatever the caller's TF32 setting, in
-        the forward and in the backward (the fused kernel guards its own backward; the autograd paths go through
+        the forward and in the backward (the fused kernel guards itself; the autograd paths go through
         full_precision_backward).
         """
         if k.dtype in (torch.float16, torch.bfloat16):
             k = k.float()  # no half-precision Cholesky; at eps = 1e-3 float32 moves gates by < 1e-3 (measure_gates)
-        if self.kernel == "gaussian" and self.solver != "lowrank":
-            with ieee_float32(k.device.type):
-                return gaussian_key_weights(k, self.t.to(k.dtype), self.eps, form=self.form, solver=self.solver,
-                                            max_iter=self.cg_iters, with_residual=with_residual)
+        if self.kernel == "gaussian" and self.solver != "lowrank":  # guards its own forward and backward
+            return gaussian_key_weights(k, self.t.to(k.dtype), self.eps, form=self.form, solver=self.solver,
+                                        max_iter=self.cg_iters, with_residual=with_residual)
         params = (self.log_t,) if self.landmarks is None else (self.log_t, self.landmarks)
         info = []
 
