@@ -58,6 +58,22 @@ def test_every_layer_on_the_gpu_matches_float64_on_the_cpu(variant):
     assert (out - ref).abs().max().item() < 2e-4
 
 
+def test_the_lowrank_prefix_block_path_on_the_gpu():
+    """attnlab.functional.prefix_attention's blocks (the path of magnitude="prefix" with the low-rank solver and
+    gated values; no registered variant takes it): float32 on the GPU (TF32 off) against float64 on the CPU with
+    the bound above, and the leak test in float64 on the GPU with blocks of 5 positions."""
+    attn = {"magnitude": "prefix", "magnitude_solver": "lowrank", "magnitude_rank": 16, "magnitude_chunk": 24}
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=VOCAB, block_size=64, n_layer=1, n_head=4, n_embd=64, attention=attn)
+    layer = Attention(cfg.resolved_attention(), 64)
+    assert layer.uses_prefix_blocks
+    x = torch.randn(2, 64, 64)
+    ref = layer.double()(x.double())
+    out = layer.float().to(CUDA)(x.to(CUDA)).double().cpu()
+    assert (out - ref).abs().max().item() < 2e-4
+    assert max_leak(build({**attn, "magnitude_rank": 8, "magnitude_chunk": 5}, "rope"), device=CUDA) < LEAK_TOL
+
+
 @pytest.mark.parametrize("form", ["causal", "prefix"])
 @pytest.mark.parametrize("solver", ["cholesky", "lowrank"])
 def test_magnitude_gate_keeps_float32_accuracy_under_tf32(tf32, form, solver):

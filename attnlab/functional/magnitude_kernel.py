@@ -20,7 +20,8 @@ from .magnitude import relative_residual
 from .magnitude_lowrank import CHUNK, prefix_weight_matrix_lowrank
 
 __all__ = ["BLOCK", "CHUNK_BYTES", "DEVICE_CHUNK_BYTES", "full_precision_backward", "ieee_float32",
-           "inverse_cholesky", "gaussian_key_weights", "lowrank_key_weights"]
+           "inverse_cholesky", "gaussian_key_weights", "lowrank_key_weights",
+           "lowrank_prefix_factors"]
 
 # ------------------------------------------------------------------- the gate's fast path (Gaussian kernel, fused)
 #
@@ -401,3 +402,10 @@ def lowrank_key_weights(keys: torch.Tensor, landmarks: torch.Tensor, t, eps: flo
     if form == "prefix":
         w = prefix_weight_matrix_lowrank(phi, lam, c)
     return w, y.square().sum(-1), SolveInfo(residual, 0, torch.zeros_like(lam))
+
+
+def lowrank_prefix_factors(keys: torch.Tensor, landmarks: torch.Tensor, t, eps: float, *, chunk: int = CHUNK):
+    """(phi [..., N, r], lambda [..., N], c [..., N, r]): the low-rank solver's factors of the prefix weights,
+    M_ij = (1 - phi_j' c_i) / lambda_j for j <= i, for attnlab.functional.prefix_attention, which never builds M."""
+    phi, lam, _, _, c = _lowrank(keys, t, eps, "gaussian", landmarks, None, chunk)
+    return phi, lam, c

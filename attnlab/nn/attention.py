@@ -8,9 +8,10 @@ from torch import nn
 
 from ..config import AttentionConfig
 from ..errors import ConfigError
-from ..functional.attention import attention
+from ..functional.attention import attention, repeat_kv
 from ..functional.heads import cascade_logits
-from ..functional.scores import qk_normalize
+from ..functional.prefix_attention import lowrank_prefix_attention
+from ..functional.scores import default_scale, qk_normalize
 from .gates import MagnitudeGate
 from .heads import HeadMLP, LogitCascade, MoHRouter, TalkingHeads
 from .kv_cache import LayerKV
@@ -23,7 +24,8 @@ class Attention(nn.Module):
         q = x W_q,  k = x W_k,  v = x W_v       (n_kv_head K/V heads shared by n_head / n_kv_head queries each)
         y = concat_h(attention(q_h, k_g(h), v_g(h))) W_o
     With config.magnitude != "off", a MagnitudeGate of the (pre-RoPE) keys gates the values (seed 000):
-    v_j <- g_j v_j ("global", "causal"; the SDPA path stays), or p_ij <- p_ij g_ij ("prefix"; explicit path);
+    v_j <- g_j v_j ("global", "causal"; the SDPA path stays), or p_ij <- p_ij g_ij ("prefix"; explicit path, or
+    with the low-rank solver attnlab.functional.prefix_attention's blocks, which never build the [T, T] gate);
     with magnitude_apply="logits" the weights are a prior inside the softmax instead, z_ij + log max(w_ij, floor)
     (every form; SDPA with a float mask).
     Q/K/V may be x itself, identity-initialised or residual (seed 001; attnlab.nn.projections), low rank, or K, V
@@ -114,6 +116,28 @@ class Attention(nn.Module):
             q = self.q_proj(x)
         return self._heads(q, self.n_head), self._heads(k, self.n_kv_head), self._heads(v, self.n_kv_head)
 
+    @property
+    def uses_prefix_blocks(self) -> bool:
+        """Whether the prefix magnitude gate with the low-rank solver runs block by block (lowrank_prefix_attention:
+        no [T, T] matrix kept) rather than as a [T, T] value gate on the explicit path: gated values, causal dot-product
+        softmax with the additive mask, no head mixing inside the softmax, backend "auto". Returning the weights or
+        attention dropout in training take the explicit path."""
+        cfg = self.config
+        return (self.magnitude is not None and cfg.magnitude == "prefix" and cfg.magnitude_solver == "lowrank"
+                and cfg.magnitude_apply == "values" and cfg.causal and cfg.kernel == "dot"
+                and cfg.normalizer == "softmax" and cfg.mask_form == "additive" and cfg.backend == "auto"
+                and cfg.head_mix in ("concat", "moh"))
+
+    def _prefix_blocks(self, q, k, v, factors, scale):
+        """o = lowrank_prefix_attention of q [B, H, T, d] over k, v and the gate's factors [B, Hkv, T, .] (K/V heads
+        repeated to H)."""
+        n_rep = self.n_head // self.n_kv_head
+        phi, lam, c = (repeat_kv(f, n_rep) for f in (factors[0], factors[1][..., None], factors[2]))
+        gate = self.magnitude
+        return lowrank_prefix_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), phi, lam[..., 0], c,
+                                        gate.beta, gate.gamma, gate=gate.gate_form, scale=scale,
+                                        block=self.config.magnitude_chunk)
+
     def forward(self, x: torch.Tensor, rope: nn.Module | None = None, return_weights: bool = False,
                 kv: LayerKV | None = None):
         """x [B, T, n_embd] -> [B, T, n_embd] (and the weights [B, n_head, T, S] when return_weights).
@@ -133,8 +157,10 @@ class Attention(nn.Module):
             k, v = (self._heads(up(c), self.n_kv_head) for up in (self.kv_latent.up_k, self.kv_latent.up_v))
         else:
             q, k, v = self.project(x)
-        value_gate = logit_prior = None
-        if self.magnitude is not None:  # keys before RoPE: clones of a token stay clones at every position
+        value_gate = logit_prior = factors = None
+        if self.uses_prefix_blocks and not return_weights and not (self.training and self.attn_dropout > 0):
+            factors = self.magnitude.prefix_factors(k)  # (phi, lambda, c): M_ij = (1 - phi_j'c_i) / lambda_j
+        elif self.magnitude is not None:  # keys before RoPE: clones of a token stay clones at every position
             g = self.magnitude(k).to(v.dtype)  # [B, Hkv, S] or, for "prefix", [B, Hkv, T, S]
             if cfg.magnitude_apply == "logits":
                 logit_prior = g  # log max(w, floor): softmax(z + prior), p_ij ~ w_ij exp(z_ij)
@@ -150,14 +176,19 @@ class Attention(nn.Module):
             scale = 1.0
         if kv is not None and not latent_cache:
             k, v = kv.append(k, v)
-        out = attention(
-            q, k, v,
-            causal=cfg.causal, scale=scale, temperature=cfg.temperature, kernel=cfg.kernel,
-            normalizer=cfg.normalizer, mask_form=cfg.mask_form, backend=cfg.backend,
-            dropout_p=self.attn_dropout if self.training else 0.0, return_weights=return_weights,
-            value_gate=value_gate, logit_prior=logit_prior, head_mix=None if self.talking is None else self.talking(),
-            logit_fn=self._cascade if cfg.head_mix == "coda" else None,
-        )
+        if factors is not None:
+            out = self._prefix_blocks(q, k, v, factors, (default_scale(q.shape[-1]) if scale is None else scale)
+                                      / cfg.temperature)
+        else:
+            out = attention(
+                q, k, v,
+                causal=cfg.causal, scale=scale, temperature=cfg.temperature, kernel=cfg.kernel,
+                normalizer=cfg.normalizer, mask_form=cfg.mask_form, backend=cfg.backend,
+                dropout_p=self.attn_dropout if self.training else 0.0, return_weights=return_weights,
+                value_gate=value_gate, logit_prior=logit_prior,
+                head_mix=None if self.talking is None else self.talking(),
+                logit_fn=self._cascade if cfg.head_mix == "coda" else None,
+            )
         out, weights = out if return_weights else (out, None)
         if self.router is not None:  # MoH: head h of token t weighted by g_th      [B, H, T, d] * [B, H, T, 1]
             out = out * self.router(x).transpose(1, 2).unsqueeze(-1)

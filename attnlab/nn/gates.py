@@ -12,6 +12,7 @@ from torch import nn
 from ..functional import magnitude as M
 from ..functional.magnitude import FORMS
 from ..functional.magnitude_kernel import full_precision_backward, gaussian_key_weights, lowrank_key_weights
+from ..functional.magnitude_kernel import lowrank_prefix_factors
 from ..functional.magnitude_lowrank import CHUNK, LANDMARK_INIT_STD, RANK
 
 
@@ -125,6 +126,29 @@ class MagnitudeGate(nn.Module):
             mu = torch.linalg.solve_triangular(L.mT, y.unsqueeze(-1), upper=True).squeeze(-1)
             residual = M.relative_residual(M.tikhonov(z, self.eps) + torch.diag_embed(jitter), mu)
         return w, (y * y).sum(-1), M.SolveInfo(residual, 0, jitter)
+
+    def prefix_factors(self, k: torch.Tensor):
+        """(phi, lambda, c) of keys k [B, H, S, d] (form "prefix", solver "lowrank"): M_ij = (1 - phi_j'c_i) /
+        lambda_j, the weights that forward() would return as an [S, S] matrix, as factors for
+        attnlab.functional.prefix_attention (>= float32; IEEE float32 matmuls on CUDA). The stats, when recorded,
+        come from the [S, S] weights computed once more without gradients."""
+        if self.form != "prefix" or self.solver != "lowrank":
+            raise ValueError(f"prefix_factors needs form 'prefix' and solver 'lowrank', got {self.form!r}, "
+                             f"{self.solver!r}")
+        if k.dtype in (torch.float16, torch.bfloat16):
+            k = k.float()
+
+        def solve(keys, log_t, landmarks):
+            return lowrank_prefix_factors(keys, landmarks.to(keys.dtype), log_t.exp().to(keys.dtype), self.eps,
+                                          chunk=self.chunk)
+
+        with torch.autocast(k.device.type, enabled=False):
+            phi, lam, c = full_precision_backward(solve, k, self.log_t, self.landmarks)
+            if self.record_stats:
+                with torch.no_grad():
+                    w, mag, info = self.weights(k.detach())
+                    self._record(w, mag, info, M.gate(w, self.beta, self.gamma, self.gate_form), k.shape[-2])
+        return phi, lam, c
 
     def forward(self, k: torch.Tensor) -> torch.Tensor:
         # no bfloat16 solves under mixed precision; weights() keeps TF32 out of the solves

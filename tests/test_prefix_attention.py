@@ -1,0 +1,117 @@
+"""The block-wise low-rank prefix gated attention (attnlab.functional.prefix_attention, issue 16) against the formula
+written out densely in float64, and the Attention layer that uses it against the explicit path."""
+
+import pytest
+import torch
+
+from attnlab import GPT, GPTConfig
+from attnlab.functional.prefix_attention import lowrank_prefix_attention
+from attnlab.nn import Attention
+from helpers import LEAK_TOL, VOCAB, T, max_leak
+
+
+def _dense(q, k, v, phi, lam, c, beta, gamma, gate, scale):
+    """o_i = sum_{j <= i} softmax_j(s q_i'k_j) g((1 - phi_j'c_i) / lam_j) v_j, every matrix [T, T] (seed 000's prefix
+    gate with the low-rank weights; gate() of attnlab.functional.magnitude written out again)."""
+    n = q.shape[-2]
+    keep = torch.ones(n, n, dtype=torch.bool).tril()
+    p = torch.softmax((scale * q @ k.mT).masked_fill(~keep, float("-inf")), dim=-1)
+    m = (1.0 - c @ phi.mT) / lam[..., None, :]
+    if gate == "clamp":
+        g = torch.sigmoid(beta * m.clamp(0.0, 1.0) + gamma)
+    elif gate == "seed":
+        g = torch.sigmoid(beta * m + gamma)
+    else:
+        g = (beta * m + gamma).clamp(0.0, 1.0)
+    return (p * g) @ v
+
+
+def _inputs(n=45, heads=3, d=6, r=5, seed=0):
+    """q, k, v, phi, lam, c, beta, gamma in float64, each a leaf that requires grad. phi, lam and c are drawn
+    freely (the function's contract holds for any phi, lam > 0 and c), so that M = (1 - c phi') / lam spans both
+    sides of the gates' bends."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(2, heads, n, d, generator=g, dtype=torch.float64) for _ in range(3))
+    phi = 0.5 * torch.randn(2, heads, n, r, generator=g, dtype=torch.float64)
+    c = torch.randn(2, heads, n, r, generator=g, dtype=torch.float64)
+    lam = 0.2 + 0.8 * torch.rand(2, heads, n, generator=g, dtype=torch.float64)
+    beta, gamma = torch.tensor(1.7, dtype=torch.float64), torch.tensor(-0.3, dtype=torch.float64)
+    return [x.detach().requires_grad_() for x in (q, k, v, phi, lam, c, beta, gamma)]
+
+
+@pytest.mark.parametrize("gate", ["clamp", "seed", "linear"])
+@pytest.mark.parametrize("block", [1, 7, 16, 64])
+def test_values_and_gradients_match_the_dense_formula_in_float64(gate, block):
+    """Every input's gradient (q, k, v, phi, lam, c, beta, gamma), for blocks that divide T = 45, that do not, of
+    size 1 and larger than T. Tolerance 1e-10: the same sums in another order agree to ~1e-14 in float64; a wrong
+    term of the hand-written backward is of order 1e-2 or more. The keys are spread so that M crosses both ends of
+    the clamp ([0, 1]) and the linear gate's (clamp(1.7 M - 0.3, 0, 1)), which their gradients must respect."""
+    leaves = _inputs()
+    q, k, v, phi, lam, c, beta, gamma = leaves
+    m = (1.0 - c @ phi.mT) / lam[..., None, :]
+    lower = m[..., torch.ones(45, 45, dtype=torch.bool).tril()]
+    assert (lower < 0).any() and (lower > 1).any() and ((lower > 0.2) & (lower < 0.7)).any()  # all three pieces
+    out = lowrank_prefix_attention(q, k, v, phi, lam, c, beta, gamma, gate=gate, scale=0.4, block=block)
+    ref = _dense(q, k, v, phi, lam, c, beta, gamma, gate, 0.4)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-10)
+    weight = torch.randn_like(ref)
+    grads = torch.autograd.grad((out * weight).sum(), leaves)
+    ref_grads = torch.autograd.grad((ref * weight).sum(), leaves)
+    for name, a, b in zip("q k v phi lam c beta gamma".split(), grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10, msg=lambda text, name=name: f"d{name}: {text}")
+
+
+def test_gradcheck():
+    """torch.autograd.gradcheck (finite differences in float64) on a small problem with blocks of 4."""
+    leaves = _inputs(n=10, heads=2, d=3, r=3, seed=1)
+
+    def fn(*xs):
+        return lowrank_prefix_attention(*xs, gate="clamp", scale=0.5, block=4)
+
+    assert torch.autograd.gradcheck(fn, tuple(leaves), eps=1e-6, atol=1e-7)
+
+
+def test_bad_gate_and_shapes_get_one_line_errors():
+    q, k, v, phi, lam, c, beta, gamma = _inputs(n=8)
+    with pytest.raises(ValueError, match="gate='tanh' is not allowed; choose one of: 'seed', 'clamp', 'linear'"):
+        lowrank_prefix_attention(q, k, v, phi, lam, c, beta, gamma, gate="tanh", scale=1.0)
+    with pytest.raises(ValueError, match="needs as many keys as queries"):
+        lowrank_prefix_attention(q[..., :4, :], k, v, phi, lam, c, beta, gamma, scale=1.0)
+
+
+def _layers(gate="clamp", n_kv_head=None, n=40):
+    """The same lowrank prefix layer twice, fused (backend auto) and on the explicit path, float64."""
+    attn = {"magnitude": "prefix", "magnitude_solver": "lowrank", "magnitude_rank": 6, "magnitude_chunk": 8,
+            "magnitude_gate": gate, "magnitude_eps": 0.05, "n_kv_head": n_kv_head}
+    cfg = GPTConfig(block_size=n, n_head=4, n_embd=32, attention=attn).resolved_attention()
+    fused = Attention(cfg, 32).double()
+    explicit = Attention(cfg.replace(backend="explicit"), 32).double()
+    explicit.load_state_dict(fused.state_dict())
+    return fused, explicit
+
+
+@pytest.mark.parametrize("gate,n_kv_head", [("clamp", None), ("linear", 2), ("seed", 1)])
+def test_the_layer_takes_the_block_path_and_agrees_with_the_explicit_one(gate, n_kv_head):
+    """Attention with magnitude="prefix", solver "lowrank" and gated values runs lowrank_prefix_attention unless
+    backend="explicit" (then the [T, T] gate goes through attention()); same output and parameter gradients to
+    1e-10 in float64, with GQA / MQA."""
+    fused, explicit = _layers(gate, n_kv_head)
+    assert fused.uses_prefix_blocks and not explicit.uses_prefix_blocks
+    x = torch.randn(2, 40, 32, dtype=torch.float64)
+    out_f, out_e = fused(x), explicit(x)
+    torch.testing.assert_close(out_f, out_e, rtol=0, atol=1e-10)
+    out_f.square().sum().backward()
+    out_e.square().sum().backward()
+    for (name, a), b in zip(fused.named_parameters(), explicit.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=1e-10, msg=lambda text, name=name: f"{name}: {text}")
+
+
+def test_the_block_path_does_not_leak_the_future():
+    """The perturbation leak test (tests/test_causal_leak.py's bound) on a GPT whose layers take the block path,
+    T = 16 with blocks of 3 (the layer's block is magnitude_chunk): a query block ends inside a key block."""
+    cfg = GPTConfig(vocab_size=VOCAB, block_size=T, n_layer=2, n_head=4, n_embd=32,
+                    attention={"magnitude": "prefix", "magnitude_solver": "lowrank", "magnitude_rank": 5,
+                               "magnitude_chunk": 3})
+    model = GPT(cfg)
+    assert all(block.attn.uses_prefix_blocks for block in model.blocks)
+    assert max_leak(model) < LEAK_TOL
