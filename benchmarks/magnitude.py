@@ -10,7 +10,8 @@ the logit-prior forms (magnitude_apply="logits", issue 15's control) at seq 256 
 --long: the rows of issue 16 at batch 1 (long context): the low-rank solver (magnitude_solver="lowrank", default rank
 and chunk) beside the exact forms at the same T, so that the crossover shows:
   lowrank-causal   seq 1024, 2048, 4096: <= 1.5x, and peak memory <= 2x SDPA's
-  lowrank-prefix   seq 1024, 2048:       <= 3x
+  lowrank-prefix   seq 1024, 2048:       <= 3x (block by block: attnlab.functional.prefix_attention)
+  lowrank-prefix-explicit seq 1024, 2048: the same layer with backend="explicit" ([T, T] gate; no target)
   magnitude-causal seq 1024, 2048, 4096 and magnitude-prefix seq 1024, 2048 (exact; no target)
 and "scaling": per row name, the log-log slope of the fwd+bwd time against T (least squares over its seqs).
 
@@ -58,7 +59,8 @@ FORMS = {
     "magnitude-causal-logits": ("magnitude-causal-logits", True),  # the weights as a logit prior (no target)
     "magnitude-prefix-logits": ("magnitude-prefix-logits", True),
     "lowrank-causal": ({"magnitude": "causal", "magnitude_solver": "lowrank"}, True),  # issue 16
-    "lowrank-prefix": ({"magnitude": "prefix", "magnitude_solver": "lowrank"}, True),
+    "lowrank-prefix": ({"magnitude": "prefix", "magnitude_solver": "lowrank"}, True),  # blocks (prefix_attention)
+    "lowrank-prefix-explicit": ({"magnitude": "prefix", "magnitude_solver": "lowrank", "backend": "explicit"}, True),
 }
 TARGETS = {("global-cg", 512): 1.5, ("magnitude-causal", 256): 2.0, ("magnitude-prefix", 256): 3.0}
 DEFAULT_ROWS = ["global-cg:512", "magnitude-causal:256", "magnitude-prefix:256", "magnitude-causal:512",
@@ -67,7 +69,8 @@ LONG_TARGETS = {**{("lowrank-causal", t): 1.5 for t in (1024, 2048, 4096)},
                 **{("lowrank-prefix", t): 3.0 for t in (1024, 2048)}}
 LONG_MEMORY_TARGETS = {("lowrank-causal", t): 2.0 for t in (1024, 2048, 4096)}  # peak_mb / sdpa_peak_mb
 LONG_ROWS = [f"{name}:{t}" for name, ts in (("lowrank-causal", (1024, 2048, 4096)), ("magnitude-causal", (1024, 2048, 4096)),
-                                             ("lowrank-prefix", (1024, 2048)), ("magnitude-prefix", (1024, 2048)))
+                                             ("lowrank-prefix", (1024, 2048)), ("lowrank-prefix-explicit", (1024, 2048)),
+                                             ("magnitude-prefix", (1024, 2048)))
              for t in ts]
 
 

@@ -19,6 +19,8 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
 - ``LOWRANK-ERROR:<dir>[:<stem>]``: the low-rank magnitude solver's error table from ``results/<dir>/error.json``
   (or ``<stem>.json``)
   (:func:`attnlab.experiments.lowrank_error.error_table`);
+- ``HEADS:<dir>``: the head analyses (``attnlab heads``) of the runs of a comparison saved in
+  ``results/<dir>/<variant>/seed<k>/heads/heads.json`` (:func:`attnlab.experiments.heads.heads_table`);
 - ``BENCH-LONG:<dir>``: the rows of ``benchmarks/magnitude.py --long`` saved in ``results/<dir>/bench_long.json``;
 - ``BENCH-GENERATE``: the rows of ``benchmarks/generate.py`` saved in ``results/benchmarks/generate.json``;
 - ``BENCH-CUDA:<part>``: what a GPU measured, from ``results/benchmarks/cuda/``: ``path`` (benchmarks/cuda_path.py
@@ -43,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)*):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
 GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "HIJACK-SUMMARY:", "HIJACK-PROTOCOL:",
-             "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:")
+             "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "HEADS:")
 
 
 def pages() -> list[Path]:
@@ -236,6 +238,16 @@ def bench_long_block(name: str, path: Path | None = None) -> str:
     return "\n".join(lines) + f"\n\nScaling exponents (log-log slope of time against T): {slopes}.\n"
 
 
+def heads_block(name: str) -> str:
+    """The head analyses saved under results/<name>/<variant>/seed<k>/heads/heads.json, one table."""
+    import json
+
+    from attnlab.experiments.heads import heads_table
+
+    files = sorted((ROOT / "results" / name).glob("*/seed*/heads/heads.json"))
+    return heads_table({f"`{f.parents[2].name}` {f.parents[1].name}": json.loads(f.read_text()) for f in files})
+
+
 def bench_cuda_block(part: str) -> str:
     """Tables of what a GPU measured (results/benchmarks/cuda/): the CUDA path's design checks, a training run,
     the long-context magnitude rows and the attention layer in bfloat16."""
@@ -331,6 +343,8 @@ def render(name: str, page: Path) -> str | None:
         return hijack_protocol_block(name.split(":", 1)[1])
     if name.startswith("BENCH-LONG:"):
         return bench_long_block(name.split(":", 1)[1])
+    if name.startswith("HEADS:"):
+        return heads_block(name.split(":", 1)[1])
     if name == "BENCH-GENERATE":
         return bench_generate_block()
     if name.startswith("BENCH-CUDA:"):

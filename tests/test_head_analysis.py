@@ -15,7 +15,7 @@ from scipy.spatial.distance import jensenshannon
 from attnlab import GPT, GPTConfig
 from attnlab.analysis.heads import head_knockout, head_similarity, js_divergence, masked_head, moh_usage
 from attnlab.cli import main
-from attnlab.experiments.heads import write_heads
+from attnlab.experiments.heads import heads_table, write_heads
 from attnlab.functional.heads import moh_gates
 from attnlab.rundir import CHECKPOINT_DIR
 from attnlab.train import train
@@ -125,6 +125,11 @@ def test_cli_on_a_tiny_moh_run(tmp_path, capsys):
         assert len(row["moh"]["weight"]) == 4 and sum(row["moh"]["selected"]) == pytest.approx(1.0)
     again = write_heads(run, tmp_path / "again", windows=3)["report"]  # fixed windows: the same numbers
     assert again["layers"] == report["layers"]
+    table = heads_table({"moh run": report}).splitlines()  # the docs' HEADS block: a row per layer
+    assert table[0].count("delta h") == 4 and len(table) == 2 + 2
+    row = table[3].split(" | ")
+    assert row[1] == "1" and float(row[4 + 2]) == pytest.approx(report["layers"][1]["knockout"][2], abs=1e-4)
+    assert row[-1].rstrip(" |").split() == [f"{g:.2f}" for g in report["layers"][1]["moh"]["weight"]]
     text = write_heads(run, tmp_path / "text", text="To be, or not", windows=3)["report"]
     assert text["layers"][0]["knockout"] == report["layers"][0]["knockout"] and text["js_on"].startswith("--text")
     assert text["layers"][0]["js"] != report["layers"][0]["js"]

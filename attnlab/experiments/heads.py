@@ -150,4 +150,21 @@ def write_heads(run_dir, out_dir=None, text: str | None = None, windows: int = 8
     return {"report": report, "table": format_table(layers), "paths": paths}
 
 
-__all__ = ["validation_windows", "layer_similarity", "format_table", "write_heads"]
+def heads_table(reports: dict[str, dict]) -> str:
+    """A Markdown table over several runs' heads.json contents {label: report}: per run and layer, the base
+    validation loss, the mean off-diagonal JS divergence, each head's knockout delta and, for MoH, the router's mean
+    weight of each head (docs/generate.py's HEADS block)."""
+    n_head = max(len(row["knockout"]) for r in reports.values() for row in r["layers"])
+    heads = " | ".join(f"delta h{h}" for h in range(n_head))
+    lines = [f"| run | layer | base loss | mean JS (nats) | {heads} | MoH mean weight per head |",
+             "|---|---|---|---|" + "---|" * n_head + "---|"]
+    for label, report in reports.items():
+        for row in report["layers"]:
+            js = "n/a" if row["mean_js"] is None else f"{row['mean_js']:.4f}"
+            deltas = " | ".join(f"{d:+.4f}" for d in row["knockout"])
+            moh = " ".join(f"{g:.2f}" for g in row["moh"]["weight"]) if row.get("moh") else ""
+            lines.append(f"| {label} | {row['layer']} | {row['base_loss']:.4f} | {js} | {deltas} | {moh} |")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["validation_windows", "layer_similarity", "format_table", "write_heads", "heads_table"]
