@@ -63,7 +63,8 @@ class _LowrankPrefixAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out):
-        with ieee_float32(d_out.device.type):  # autograd runs this outside the forward's context
+        device = d_out.device.type  # autograd runs this outside the forward's contexts: enter them again
+        with ieee_float32(device), torch.autocast(device, enabled=False):
             return _LowrankPrefixAttention._backward(ctx, d_out)
 
     @staticmethod
@@ -115,8 +116,9 @@ def lowrank_prefix_attention(q, k, v, phi, lam, c, beta, gamma, *, gate: str = "
     (:func:`attnlab.functional.magnitude_lowrank.lowrank_prefix`); beta, gamma and gate: the value gate
     (:func:`attnlab.functional.magnitude.gate`). The same function as ``attention(q, k, v, causal=True,
     value_gate=gate(prefix_weight_matrix_lowrank(phi, lam, c)))`` (see the module docstring for how it differs).
-    M and the gate are computed in the dtype of phi (float32 at least), the logits in that of q; on CUDA with
-    IEEE float32 matmuls whatever the TF32 setting, as the gate's solves."""
+    M and the gate are computed in the dtype of phi (float32 at least), the logits and the output in those of q and v
+    (bfloat16 under autocast), outside autocast; on CUDA with IEEE float32 matmuls whatever the TF32 setting, as the
+    gate's solves."""
     if gate not in ("seed", "clamp", "linear"):
         raise ValueError(f"gate={gate!r} is not allowed; choose one of: 'seed', 'clamp', 'linear'")
     if not (q.shape[-2] == k.shape[-2] == v.shape[-2] == phi.shape[-2] == lam.shape[-1] == c.shape[-2]):
@@ -126,5 +128,5 @@ def lowrank_prefix_attention(q, k, v, phi, lam, c, beta, gamma, *, gate: str = "
     key_aug = torch.cat([-phi * inv_lam, inv_lam], dim=-1)  # [-phi_j / lambda_j, 1 / lambda_j]
     c_aug = torch.cat([c, torch.ones_like(c[..., :1])], dim=-1)  # [c_i, 1]
     beta, gamma = (torch.as_tensor(x, dtype=phi.dtype, device=phi.device) for x in (beta, gamma))
-    with ieee_float32(q.device.type):
+    with ieee_float32(q.device.type), torch.autocast(q.device.type, enabled=False):  # M in phi's dtype
         return _LowrankPrefixAttention.apply(q * scale, k, v, c_aug, key_aug, beta, gamma, gate, int(block))
