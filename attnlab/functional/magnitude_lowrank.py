@@ -90,11 +90,11 @@ def lowrank_prefix(phi: torch.Tensor, lam: torch.Tensor, chunk: int = 64, with_c
     eye = torch.eye(r, dtype=phi.dtype, device=phi.device)
     s_p = eye + _exclusive_cumsum(scaled.mT @ phi_c, dim=-3)  # S_p = I + sum over earlier chunks of phi phi'/lambda
     u_p = _exclusive_cumsum(scaled.sum(-2), dim=-2)  # u_p = sum over earlier chunks of phi / lambda
-    l_p = torch.linalg.cholesky(s_p)  # S_p = L_p L_p'  (S_p >= I: always factorable)
+    l_p = torch.linalg.cholesky_ex(s_p)[0]  # S_p = L_p L_p'  (S_p >= I: always factorable; _ex: no device sync)
     c_p = torch.cholesky_solve(u_p[..., None], l_p)[..., 0]  # c_p = S_p^-1 u_p
     v = torch.linalg.solve_triangular(l_p, phi_c.mT, upper=False)  # L_p^-1 Phi_c'  [.., k, r, C]
     b = torch.diag_embed(lam_c) + v.mT @ v  # B_c = Lambda_c + Phi_c S_p^-1 Phi_c'
-    l_c = torch.linalg.cholesky(b)  # B_c = L_c L_c'  (B_c >= Lambda_c > 0)
+    l_c = torch.linalg.cholesky_ex(b)[0]  # B_c = L_c L_c'  (B_c >= Lambda_c >= eps I: always factorable)
     rhs = 1.0 - (phi_c @ c_p[..., None])[..., 0]  # 1 - Phi_c c_p
     y = torch.linalg.solve_triangular(l_c, rhs[..., None], upper=False)[..., 0]  # y_c = L_c^-1 (1 - Phi_c c_p)
     w = y / torch.diagonal(l_c, dim1=-2, dim2=-1)  # w_j = y_j / L_jj
