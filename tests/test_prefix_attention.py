@@ -73,7 +73,7 @@ def test_gradcheck():
 
 def test_bad_gate_and_shapes_get_one_line_errors():
     q, k, v, phi, lam, c, beta, gamma = _inputs(n=8)
-    with pytest.raises(ValueError, match="gate='tanh' is not allowed; choose one of: 'seed', 'clamp', 'linear'"):
+    with pytest.raises(ValueError, match="gate='tanh' is not allowed; choose one of: 'clamp', 'seed', 'linear'"):
         lowrank_prefix_attention(q, k, v, phi, lam, c, beta, gamma, gate="tanh", scale=1.0)
     with pytest.raises(ValueError, match="needs as many keys as queries"):
         lowrank_prefix_attention(q[..., :4, :], k, v, phi, lam, c, beta, gamma, scale=1.0)

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import torch
 
+from .magnitude import GATES
 from .magnitude_kernel import ieee_float32
 
 __all__ = ["BLOCK", "lowrank_prefix_attention"]
 
-BLOCK = 128  # queries per block: the [block, T] tiles of one head stay within a CPU's cache at T <= 2048
+BLOCK = 64  # queries per block (the layer passes magnitude_chunk, also 64 by default): on the 2-core CPU 64 was
+#   faster than 32 and 128 at T = 1024 and 2048 (docs/studies/magnitude-long.md#speed)
 
 
 def _tile(q, k, c_aug, key_aug, i0, i1, future):
@@ -101,7 +103,9 @@ class _LowrankPrefixAttention(torch.autograd.Function):
                 du.mul_(passes)
             d_gamma += du.sum()
             d_beta += (du * x).sum()
-            dm = du.mul_(beta) if passes is None or form == "linear" else du.mul_(beta).mul_(passes)  # dM_ij
+            dm = du.mul_(beta)  # dM_ij = dL/du beta (where the clamp passes M)
+            if form == "clamp":
+                dm.mul_(passes)
             dc_aug[..., i0:i1, :] = dm @ key_aug[..., :i1, :]
             dkey_aug[..., :i1, :] += dm.mT @ c_aug[..., i0:i1, :]
         return dq, dk, dv, dc_aug, dkey_aug, d_beta, d_gamma, None, None
@@ -119,8 +123,8 @@ def lowrank_prefix_attention(q, k, v, phi, lam, c, beta, gamma, *, gate: str = "
     M and the gate are computed in the dtype of phi (float32 at least), the logits and the output in those of q and v
     (bfloat16 under autocast), outside autocast; on CUDA with IEEE float32 matmuls whatever the TF32 setting, as the
     gate's solves."""
-    if gate not in ("seed", "clamp", "linear"):
-        raise ValueError(f"gate={gate!r} is not allowed; choose one of: 'seed', 'clamp', 'linear'")
+    if gate not in GATES:
+        raise ValueError(f"gate={gate!r} is not allowed; choose one of: {', '.join(map(repr, GATES))}")
     if not (q.shape[-2] == k.shape[-2] == v.shape[-2] == phi.shape[-2] == lam.shape[-1] == c.shape[-2]):
         raise ValueError(f"lowrank_prefix_attention needs as many keys as queries (causal self-attention), got "
                          f"q {tuple(q.shape)}, k {tuple(k.shape)}, phi {tuple(phi.shape)}, c {tuple(c.shape)}")
