@@ -71,7 +71,7 @@ class AttentionConfig:
     magnitude_rank: int = 32
     """Landmarks r of `magnitude_solver="lowrank"` (1 <= r <= block_size)."""
     magnitude_chunk: int = 64
-    """Positions per block of the lowrank solver's chunked solve (the same numbers for any value; a speed knob)."""
+    """Positions per block of the lowrank solver's chunked solve, and queries per block of the prefix form's block-wise attention (the same numbers for any value; a speed knob)."""
     magnitude_cg_iters: int = 5
     """CG iterations when `magnitude_solver="cg"` (seed 000: "3-5 iterations")."""
     magnitude_gate: str = "clamp"
