@@ -132,10 +132,11 @@ class Attention(nn.Module):
         """o = lowrank_prefix_attention of q [B, H, T, d] over k, v and the gate's factors [B, Hkv, T, .] (K/V heads
         repeated to H)."""
         n_rep = self.n_head // self.n_kv_head
-        phi, lam, c = (repeat_kv(f, n_rep) for f in (factors[0], factors[1][..., None], factors[2]))
+        phi, lam, c = factors
+        k, v, phi, c = (repeat_kv(x, n_rep) for x in (k, v, phi, c))
+        lam = lam.repeat_interleave(n_rep, dim=1)  # [B, H, T], as repeat_kv orders the heads
         gate = self.magnitude
-        return lowrank_prefix_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), phi, lam[..., 0], c,
-                                        gate.beta, gate.gamma, gate=gate.gate_form, scale=scale,
+        return lowrank_prefix_attention(q, k, v, phi, lam, c, gate.beta, gate.gamma, gate=gate.gate_form, scale=scale,
                                         block=self.config.magnitude_chunk)
 
     def forward(self, x: torch.Tensor, rope: nn.Module | None = None, return_weights: bool = False,
