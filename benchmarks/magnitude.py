@@ -68,10 +68,9 @@ DEFAULT_ROWS = ["global-cg:512", "magnitude-causal:256", "magnitude-prefix:256",
 LONG_TARGETS = {**{("lowrank-causal", t): 1.5 for t in (1024, 2048, 4096)},
                 **{("lowrank-prefix", t): 3.0 for t in (1024, 2048)}}
 LONG_MEMORY_TARGETS = {("lowrank-causal", t): 2.0 for t in (1024, 2048, 4096)}  # peak_mb / sdpa_peak_mb
-LONG_ROWS = [f"{name}:{t}" for name, ts in (("lowrank-causal", (1024, 2048, 4096)), ("magnitude-causal", (1024, 2048, 4096)),
-                                             ("lowrank-prefix", (1024, 2048)), ("lowrank-prefix-explicit", (1024, 2048)),
-                                             ("magnitude-prefix", (1024, 2048)))
-             for t in ts]
+LONG_SEQS = {"lowrank-causal": (1024, 2048, 4096), "magnitude-causal": (1024, 2048, 4096),
+             "lowrank-prefix": (1024, 2048), "lowrank-prefix-explicit": (1024, 2048), "magnitude-prefix": (1024, 2048)}
+LONG_ROWS = [f"{name}:{t}" for name, ts in LONG_SEQS.items() for t in ts]
 
 
 class RawSDPABidirectional(RawSDPALayer):
