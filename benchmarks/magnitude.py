@@ -61,6 +61,9 @@ FORMS = {
     "lowrank-causal": ({"magnitude": "causal", "magnitude_solver": "lowrank"}, True),  # issue 16
     "lowrank-prefix": ({"magnitude": "prefix", "magnitude_solver": "lowrank"}, True),  # blocks (prefix_attention)
     "lowrank-prefix-explicit": ({"magnitude": "prefix", "magnitude_solver": "lowrank", "backend": "explicit"}, True),
+    "lowrank-prefix-logits": ("magnitude-prefix-logits-lowrank", True),  # blocks, the prior inside the softmax
+    "lowrank-prefix-logits-sdpa": ({"magnitude": "prefix", "magnitude_solver": "lowrank", "magnitude_apply": "logits",
+                                    "backend": "sdpa"}, True),  # the [T, T] prior as SDPA's float mask
 }
 TARGETS = {("global-cg", 512): 1.5, ("magnitude-causal", 256): 2.0, ("magnitude-prefix", 256): 3.0}
 DEFAULT_ROWS = ["global-cg:512", "magnitude-causal:256", "magnitude-prefix:256", "magnitude-causal:512",

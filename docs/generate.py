@@ -21,7 +21,8 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
   (:func:`attnlab.experiments.lowrank_error.error_table`);
 - ``HEADS:<dir>``: the head analyses (``attnlab heads``) of the runs of a comparison saved in
   ``results/<dir>/<variant>/seed<k>/heads/heads.json`` (:func:`attnlab.experiments.heads.heads_table`);
-- ``BENCH-LONG:<dir>``: the rows of ``benchmarks/magnitude.py --long`` saved in ``results/<dir>/bench_long.json``;
+- ``BENCH-LONG:<dir>[:<stem>]``: the rows of ``benchmarks/magnitude.py --long`` (or of other rows of it) saved in
+  ``results/<dir>/bench_long.json`` (or ``<stem>.json``);
 - ``BENCH-GENERATE``: the rows of ``benchmarks/generate.py`` saved in ``results/benchmarks/generate.json``;
 - ``BENCH-CUDA:<part>``: what a GPU measured, from ``results/benchmarks/cuda/``: ``path`` (benchmarks/cuda_path.py
   and train_step.py --device cuda), ``train`` (a gpt2-small run), ``long`` (magnitude.py --long), ``layer``
@@ -235,7 +236,10 @@ def bench_long_block(name: str, path: Path | None = None) -> str:
         lines.append(f"| {r['row']} | {r['seq']} | {r['fwd_bwd_ms']:,} | {r['sdpa_fwd_bwd_ms']:,} | "
                      f"{r['fwd_bwd_ratio']}x | {target} | {r['peak_mb']} | {r['sdpa_peak_mb']} |")
     slopes = ", ".join(f"{k} {v}" for k, v in bench["scaling"].items())
-    return "\n".join(lines) + f"\n\nScaling exponents (log-log slope of time against T): {slopes}.\n"
+    load = bench.get("load_average_1min")
+    load = "" if bench["device"] != "cpu" or not load else \
+        f" Load average (1 min) {load['before']} before, {load['after']} after."
+    return "\n".join(lines) + f"\n\nScaling exponents (log-log slope of time against T): {slopes}.{load}\n"
 
 
 def heads_block(name: str) -> str:
@@ -342,7 +346,8 @@ def render(name: str, page: Path) -> str | None:
     if name.startswith("HIJACK-PROTOCOL:"):
         return hijack_protocol_block(name.split(":", 1)[1])
     if name.startswith("BENCH-LONG:"):
-        return bench_long_block(name.split(":", 1)[1])
+        folder, _, stem = name.split(":", 1)[1].partition(":")
+        return bench_long_block(folder, ROOT / "results" / folder / f"{stem or 'bench_long'}.json")
     if name.startswith("HEADS:"):
         return heads_block(name.split(":", 1)[1])
     if name == "BENCH-GENERATE":

@@ -10,13 +10,17 @@ from attnlab.nn import Attention
 from helpers import LEAK_TOL, VOCAB, T, max_leak
 
 
-def _dense(q, k, v, phi, lam, c, beta, gamma, gate, scale):
+def _dense(q, k, v, phi, lam, c, beta, gamma, gate, scale, floor=None):
     """o_i = sum_{j <= i} softmax_j(s q_i'k_j) g((1 - phi_j'c_i) / lam_j) v_j, every matrix [T, T] (seed 000's prefix
-    gate with the low-rank weights; gate() of attnlab.functional.magnitude written out again)."""
+    gate with the low-rank weights; gate() of attnlab.functional.magnitude written out again); with floor, o_i =
+    sum_{j <= i} softmax_j(s q_i'k_j + log max(M_ij, floor)) v_j instead (the weights as a logit prior)."""
     n = q.shape[-2]
     keep = torch.ones(n, n, dtype=torch.bool).tril()
-    p = torch.softmax((scale * q @ k.mT).masked_fill(~keep, float("-inf")), dim=-1)
     m = (1.0 - c @ phi.mT) / lam[..., None, :]
+    if floor is not None:
+        z = scale * q @ k.mT + torch.log(torch.maximum(m, torch.tensor(floor, dtype=m.dtype)))
+        return torch.softmax(z.masked_fill(~keep, float("-inf")), dim=-1) @ v
+    p = torch.softmax((scale * q @ k.mT).masked_fill(~keep, float("-inf")), dim=-1)
     if gate == "clamp":
         g = torch.sigmoid(beta * m.clamp(0.0, 1.0) + gamma)
     elif gate == "seed":
@@ -61,6 +65,25 @@ def test_values_and_gradients_match_the_dense_formula_in_float64(gate, block):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-10, msg=lambda text, name=name: f"d{name}: {text}")
 
 
+@pytest.mark.parametrize("block", [1, 16, 64])
+def test_the_logit_prior_matches_the_dense_formula_in_float64(block):
+    """prior_floor: softmax(z + log max(M, floor)); values and the gradients of q, k, v, phi, lam and c to 1e-10
+    (as above), with M below the floor in part of the lower triangle (there the prior is flat: no gradient)."""
+    leaves = _inputs()
+    q, k, v, phi, lam, c, beta, gamma = leaves
+    floor = 0.05
+    lower = ((1.0 - c @ phi.mT) / lam[..., None, :])[..., torch.ones(45, 45, dtype=torch.bool).tril()]
+    assert (lower < floor).any() and (lower > floor).any()
+    out = lowrank_prefix_attention(q, k, v, phi, lam, c, scale=0.4, prior_floor=floor, block=block)
+    ref = _dense(q, k, v, phi, lam, c, beta, gamma, "clamp", 0.4, floor=floor)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-10)
+    weight = torch.randn_like(ref)
+    grads = torch.autograd.grad((out * weight).sum(), leaves[:6])
+    ref_grads = torch.autograd.grad((ref * weight).sum(), leaves[:6])
+    for name, a, b in zip("q k v phi lam c".split(), grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10, msg=lambda text, name=name: f"d{name}: {text}")
+
+
 def test_gradcheck():
     """torch.autograd.gradcheck (finite differences in float64) on a small problem with blocks of 4."""
     leaves = _inputs(n=10, heads=2, d=3, r=3, seed=1)
@@ -69,20 +92,26 @@ def test_gradcheck():
         return lowrank_prefix_attention(*xs, gate="clamp", scale=0.5, block=4)
 
     assert torch.autograd.gradcheck(fn, tuple(leaves), eps=1e-6, atol=1e-7)
+    prior = lambda *xs: lowrank_prefix_attention(*xs, scale=0.5, prior_floor=0.05, block=4)  # noqa: E731
+    assert torch.autograd.gradcheck(prior, tuple(leaves[:6]), eps=1e-6, atol=1e-7)
 
 
 def test_bad_gate_and_shapes_get_one_line_errors():
     q, k, v, phi, lam, c, beta, gamma = _inputs(n=8)
     with pytest.raises(ValueError, match="gate='tanh' is not allowed; choose one of: 'clamp', 'seed', 'linear'"):
         lowrank_prefix_attention(q, k, v, phi, lam, c, beta, gamma, gate="tanh", scale=1.0)
+    with pytest.raises(ValueError, match="prior_floor=0.0 must be > 0"):
+        lowrank_prefix_attention(q, k, v, phi, lam, c, scale=1.0, prior_floor=0.0)
     with pytest.raises(ValueError, match="needs as many keys as queries"):
         lowrank_prefix_attention(q[..., :4, :], k, v, phi, lam, c, beta, gamma, scale=1.0)
 
 
-def _layers(gate="clamp", n_kv_head=None, n=40):
+def _layers(gate="clamp", n_kv_head=None, n=40, apply="values"):
     """The same lowrank prefix layer twice, fused (backend auto) and on the explicit path, float64."""
     attn = {"magnitude": "prefix", "magnitude_solver": "lowrank", "magnitude_rank": 6, "magnitude_chunk": 8,
-            "magnitude_gate": gate, "magnitude_eps": 0.05, "n_kv_head": n_kv_head}
+            "magnitude_eps": 0.05, "n_kv_head": n_kv_head, "magnitude_apply": apply}
+    if apply == "values":
+        attn["magnitude_gate"] = gate
     cfg = GPTConfig(block_size=n, n_head=4, n_embd=32, attention=attn).resolved_attention()
     fused = Attention(cfg, 32).double()
     explicit = Attention(cfg.replace(backend="explicit"), 32).double()
@@ -90,12 +119,13 @@ def _layers(gate="clamp", n_kv_head=None, n=40):
     return fused, explicit
 
 
-@pytest.mark.parametrize("gate,n_kv_head", [("clamp", None), ("linear", 2), ("seed", 1)])
-def test_the_layer_takes_the_block_path_and_agrees_with_the_explicit_one(gate, n_kv_head):
-    """Attention with magnitude="prefix", solver "lowrank" and gated values runs lowrank_prefix_attention unless
-    backend="explicit" (then the [T, T] gate goes through attention()); same output and parameter gradients to
-    1e-10 in float64, with GQA / MQA."""
-    fused, explicit = _layers(gate, n_kv_head)
+@pytest.mark.parametrize("gate,n_kv_head,apply", [("clamp", None, "values"), ("linear", 2, "values"),
+                                                  ("seed", 1, "values"), (None, 2, "logits")])
+def test_the_layer_takes_the_block_path_and_agrees_with_the_explicit_one(gate, n_kv_head, apply):
+    """Attention with magnitude="prefix" and solver "lowrank", gated values or the logit prior, runs
+    lowrank_prefix_attention unless backend="explicit" (then the [T, T] gate or prior goes through attention());
+    same output and parameter gradients to 1e-10 in float64, with GQA / MQA."""
+    fused, explicit = _layers(gate, n_kv_head, apply=apply)
     assert fused.uses_prefix_blocks and not explicit.uses_prefix_blocks
     x = torch.randn(2, 40, 32, dtype=torch.float64)
     out_f, out_e = fused(x), explicit(x)
@@ -125,12 +155,13 @@ def test_the_block_path_under_bfloat16_autocast():
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in fused.parameters())
 
 
-def test_the_block_path_does_not_leak_the_future():
+@pytest.mark.parametrize("apply", ["values", "logits"])
+def test_the_block_path_does_not_leak_the_future(apply):
     """The perturbation leak test (tests/test_causal_leak.py's bound) on a GPT whose layers take the block path,
     T = 16 with blocks of 3 (the layer's block is magnitude_chunk): a query block ends inside a key block."""
     cfg = GPTConfig(vocab_size=VOCAB, block_size=T, n_layer=2, n_head=4, n_embd=32,
                     attention={"magnitude": "prefix", "magnitude_solver": "lowrank", "magnitude_rank": 5,
-                               "magnitude_chunk": 3})
+                               "magnitude_chunk": 3, "magnitude_apply": apply})
     model = GPT(cfg)
     assert all(block.attn.uses_prefix_blocks for block in model.blocks)
     assert max_leak(model) < LEAK_TOL

@@ -18,6 +18,10 @@ and the output (O(T (d + r)) memory). Gradients by hand, with a = p o g, D_i = d
     dg_ij = p_ij da_ij  ->  dM_ij = g'(M_ij) dg_ij   (and dbeta, dgamma through the gate's pre-activation)
     dc_i  = -sum_j dM_ij phi_j / lambda_j,   d(phi_j / lambda_j) = -sum_i dM_ij c_i,   d(1/lambda_j) = sum_i dM_ij
 
+With ``prior_floor`` the weights enter as a logit prior instead (seed 000's weights shifting scores, issue 15's
+control): p_i = softmax_j(z_ij + log max(M_ij, floor)), o_i = sum_j p_ij v_j, and dz_ij = p_ij (do_i' v_j - D_i),
+dM_ij = dz_ij / M_ij where M_ij >= floor (0 below it), then dc, d(phi/lambda), d(1/lambda) as above.
+
 tests/test_prefix_attention.py checks values and gradients against the explicit formula in float64.
 """
 
@@ -34,11 +38,14 @@ BLOCK = 64  # queries per block (the layer passes magnitude_chunk, also 64 by de
 #   faster than 32 and 128 at T = 1024 and 2048 (docs/studies/magnitude-long.md#speed)
 
 
-def _tile(q, k, c_aug, key_aug, i0, i1, future):
-    """(p, m) of the query block i0..i1-1 against keys 0..i1-1: the softmax weights (causal mask applied) and M."""
+def _tile(q, k, c_aug, key_aug, i0, i1, future, floor):
+    """(p, m) of the query block i0..i1-1 against keys 0..i1-1: the softmax weights (causal mask applied; with the
+    logit prior log max(M, floor) added when floor is not None) and M."""
     z = q[..., i0:i1, :] @ k[..., :i1, :].mT  # z_ij = s q_i' k_j
     z[..., i0:i1].masked_fill_(future[: i1 - i0, : i1 - i0], float("-inf"))  # j > i (the diagonal block only)
     m = c_aug[..., i0:i1, :] @ key_aug[..., :i1, :].mT  # M_ij = 1/lambda_j - c_i' phi_j/lambda_j
+    if floor is not None:  # z_ij + log max(M_ij, floor)
+        z = z.add_(m.clamp_min(floor).log_().to(z.dtype))
     return torch.softmax(z, dim=-1), m
 
 
@@ -47,20 +54,23 @@ class _LowrankPrefixAttention(torch.autograd.Function):
     M = c_aug key_aug' is one matmul and (dc_aug, dkey_aug) = (dM key_aug, dM' c_aug) two more."""
 
     @staticmethod
-    def forward(ctx, q, k, v, c_aug, key_aug, beta, gamma, form, block):
+    def forward(ctx, q, k, v, c_aug, key_aug, beta, gamma, form, floor, block):
         n = q.shape[-2]
         future = torch.ones(block, block, dtype=torch.bool, device=q.device).triu(1)
         out = torch.empty_like(v)
         for i0 in range(0, n, block):
             i1 = min(i0 + block, n)
-            p, m = _tile(q, k, c_aug, key_aug, i0, i1, future)
+            p, m = _tile(q, k, c_aug, key_aug, i0, i1, future, floor)
+            if floor is not None:  # o_i = sum_j softmax_j(z_ij + log max(M_ij, floor)) v_j
+                out[..., i0:i1, :] = p @ v[..., :i1, :]
+                continue
             if form == "linear":  # g = clamp(beta M + gamma, 0, 1)
                 g = m.mul_(beta).add_(gamma).clamp_(0.0, 1.0)
             else:  # g = sigmoid(beta clamp(M, 0, 1) + gamma) ("clamp") or sigmoid(beta M + gamma) ("seed")
                 g = (m.clamp_(0.0, 1.0) if form == "clamp" else m).mul_(beta).add_(gamma).sigmoid_()
             out[..., i0:i1, :] = p.mul_(g.to(p.dtype)) @ v[..., :i1, :]  # o_i = sum_j p_ij g_ij v_j
         ctx.save_for_backward(q, k, v, c_aug, key_aug, beta, gamma, out)
-        ctx.form, ctx.block = form, block
+        ctx.form, ctx.floor, ctx.block = form, floor, block
         return out
 
     @staticmethod
@@ -73,6 +83,8 @@ class _LowrankPrefixAttention(torch.autograd.Function):
     def _backward(ctx, d_out):
         q, k, v, c_aug, key_aug, beta, gamma, out = ctx.saved_tensors
         n, form, block = q.shape[-2], ctx.form, ctx.block
+        if ctx.floor is not None:
+            return _prior_backward(ctx, d_out)
         future = torch.ones(block, block, dtype=torch.bool, device=q.device).triu(1)
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         dc_aug, dkey_aug = torch.zeros_like(c_aug), torch.zeros_like(key_aug)
@@ -80,7 +92,7 @@ class _LowrankPrefixAttention(torch.autograd.Function):
         big_d = (d_out * out).sum(-1, keepdim=True)  # D_i = do_i' o_i
         for i0 in range(0, n, block):
             i1 = min(i0 + block, n)
-            p, m = _tile(q, k, c_aug, key_aug, i0, i1, future)
+            p, m = _tile(q, k, c_aug, key_aug, i0, i1, future, None)
             # the gate g = f(u), u = beta x + gamma, and where dM passes (x = clamp(M, 0, 1) or M)
             x = m.clamp(0.0, 1.0) if form == "clamp" else m
             passes = (x == m) if form == "clamp" else None
@@ -108,23 +120,50 @@ class _LowrankPrefixAttention(torch.autograd.Function):
                 dm.mul_(passes)
             dc_aug[..., i0:i1, :] = dm @ key_aug[..., :i1, :]
             dkey_aug[..., :i1, :] += dm.mT @ c_aug[..., i0:i1, :]
-        return dq, dk, dv, dc_aug, dkey_aug, d_beta, d_gamma, None, None
+        return dq, dk, dv, dc_aug, dkey_aug, d_beta, d_gamma, None, None, None
 
 
-def lowrank_prefix_attention(q, k, v, phi, lam, c, beta, gamma, *, gate: str = "clamp", scale: float,
-                             block: int = BLOCK) -> torch.Tensor:
-    """o [B, H, T, dv]: causal softmax attention with every value gated by the low-rank prefix weights M_ij.
+def _prior_backward(ctx, d_out):
+    """The backward pass of the logit-prior form: with s_ij = z_ij + log max(M_ij, floor) and p = softmax(s),
+    ds_ij = p_ij (do_i' v_j - D_i) is dz_ij, and dM_ij = ds_ij / M_ij where M_ij >= floor (0 below: the clamp)."""
+    q, k, v, c_aug, key_aug, beta, gamma, out = ctx.saved_tensors
+    n, floor, block = q.shape[-2], ctx.floor, ctx.block
+    future = torch.ones(block, block, dtype=torch.bool, device=q.device).triu(1)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    dc_aug, dkey_aug = torch.zeros_like(c_aug), torch.zeros_like(key_aug)
+    big_d = (d_out * out).sum(-1, keepdim=True)  # D_i = do_i' o_i
+    for i0 in range(0, n, block):
+        i1 = min(i0 + block, n)
+        p, m = _tile(q, k, c_aug, key_aug, i0, i1, future, floor)
+        do = d_out[..., i0:i1, :]
+        dv[..., :i1, :] += p.mT @ do  # dv_j = sum_i p_ij do_i
+        ds = (do @ v[..., :i1, :].mT).sub_(big_d[..., i0:i1, :]).mul_(p)  # ds_ij = p_ij (do_i' v_j - D_i)
+        dq[..., i0:i1, :] = ds @ k[..., :i1, :]
+        dk[..., :i1, :] += ds.mT @ q[..., i0:i1, :]
+        dm = ds.to(m.dtype).div_(m.clamp_min(floor)).mul_(m >= floor)  # d log max(M, floor) / dM = 1/M above the floor
+        dc_aug[..., i0:i1, :] = dm @ key_aug[..., :i1, :]
+        dkey_aug[..., :i1, :] += dm.mT @ c_aug[..., i0:i1, :]
+    return dq, dk, dv, dc_aug, dkey_aug, None, None, None, None, None
+
+
+def lowrank_prefix_attention(q, k, v, phi, lam, c, beta=1.0, gamma=0.0, *, gate: str = "clamp", scale: float,
+                             prior_floor: float | None = None, block: int = BLOCK) -> torch.Tensor:
+    """o [B, H, T, dv]: causal softmax attention with the low-rank prefix weights M_ij gating every value, or, with
+    prior_floor, added to the logits as the prior log max(M_ij, prior_floor).
 
     q, k [B, H, T, d], v [B, H, T, dv] (K/V heads already repeated to H), scale s (logits z_ij = s q_i' k_j);
     phi [B, H, T, r], lam [B, H, T], c [B, H, T, r]: the low-rank solver's features, diagonal and prefix states
     (:func:`attnlab.functional.magnitude_lowrank.lowrank_prefix`); beta, gamma and gate: the value gate
-    (:func:`attnlab.functional.magnitude.gate`). The same function as ``attention(q, k, v, causal=True,
-    value_gate=gate(prefix_weight_matrix_lowrank(phi, lam, c)))`` (see the module docstring for how it differs).
-    M and the gate are computed in the dtype of phi (float32 at least), the logits and the output in those of q and v
-    (bfloat16 under autocast), outside autocast; on CUDA with IEEE float32 matmuls whatever the TF32 setting, as the
-    gate's solves."""
+    (:func:`attnlab.functional.magnitude.gate`; not used with prior_floor). The same function as ``attention(q,
+    k, v, causal=True, value_gate=gate(M))`` or ``attention(q, k, v, causal=True, logit_prior=log_prior(M,
+    prior_floor))`` with M = ``prefix_weight_matrix_lowrank(phi, lam, c)`` (see the module docstring for how it
+    differs). M and the gate are computed in the dtype of phi (float32 at least), the logits and the output in
+    those of q and v (bfloat16 under autocast), outside autocast; on CUDA with IEEE float32 matmuls whatever the
+    TF32 setting, as the gate's solves."""
     if gate not in GATES:
         raise ValueError(f"gate={gate!r} is not allowed; choose one of: {', '.join(map(repr, GATES))}")
+    if prior_floor is not None and not prior_floor > 0:
+        raise ValueError(f"prior_floor={prior_floor!r} must be > 0 (the prior is log max(M, prior_floor))")
     if not (q.shape[-2] == k.shape[-2] == v.shape[-2] == phi.shape[-2] == lam.shape[-1] == c.shape[-2]):
         raise ValueError(f"lowrank_prefix_attention needs as many keys as queries (causal self-attention), got "
                          f"q {tuple(q.shape)}, k {tuple(k.shape)}, phi {tuple(phi.shape)}, c {tuple(c.shape)}")
@@ -132,5 +171,6 @@ def lowrank_prefix_attention(q, k, v, phi, lam, c, beta, gamma, *, gate: str = "
     key_aug = torch.cat([-phi * inv_lam, inv_lam], dim=-1)  # [-phi_j / lambda_j, 1 / lambda_j]
     c_aug = torch.cat([c, torch.ones_like(c[..., :1])], dim=-1)  # [c_i, 1]
     beta, gamma = (torch.as_tensor(x, dtype=phi.dtype, device=phi.device) for x in (beta, gamma))
+    floor = None if prior_floor is None else float(prior_floor)
     with ieee_float32(q.device.type), torch.autocast(q.device.type, enabled=False):  # M in phi's dtype
-        return _LowrankPrefixAttention.apply(q * scale, k, v, c_aug, key_aug, beta, gamma, gate, int(block))
+        return _LowrankPrefixAttention.apply(q * scale, k, v, c_aug, key_aug, beta, gamma, gate, floor, int(block))

@@ -10,6 +10,7 @@ from ..config import AttentionConfig
 from ..errors import ConfigError
 from ..functional.attention import attention, repeat_kv
 from ..functional.heads import cascade_logits
+from ..functional.magnitude import PRIOR_FLOOR
 from ..functional.prefix_attention import lowrank_prefix_attention
 from ..functional.scores import default_scale, qk_normalize
 from .gates import MagnitudeGate
@@ -118,13 +119,13 @@ class Attention(nn.Module):
 
     @property
     def uses_prefix_blocks(self) -> bool:
-        """Whether the prefix magnitude gate with the low-rank solver runs block by block (lowrank_prefix_attention:
-        no [T, T] matrix kept) rather than as a [T, T] value gate on the explicit path: gated values, causal dot-product
-        softmax with the additive mask, no head mixing inside the softmax, backend "auto". Returning the weights or
-        attention dropout in training take the explicit path."""
+        """Whether the prefix magnitude form with the low-rank solver runs block by block (lowrank_prefix_attention:
+        no [T, T] matrix kept) rather than as a [T, T] value gate (explicit path) or logit prior (SDPA's float mask):
+        causal dot-product softmax with the additive mask, no head mixing inside the softmax, backend "auto".
+        Returning the weights or attention dropout in training take the [T, T] path."""
         cfg = self.config
         return (self.magnitude is not None and cfg.magnitude == "prefix" and cfg.magnitude_solver == "lowrank"
-                and cfg.magnitude_apply == "values" and cfg.causal and cfg.kernel == "dot"
+                and cfg.causal and cfg.kernel == "dot"
                 and cfg.normalizer == "softmax" and cfg.mask_form == "additive" and cfg.backend == "auto"
                 and cfg.head_mix in ("concat", "moh"))
 
@@ -135,9 +136,11 @@ class Attention(nn.Module):
         phi, lam, c = factors
         k, v, phi, c = (repeat_kv(x, n_rep) for x in (k, v, phi, c))
         lam = lam.repeat_interleave(n_rep, dim=1)  # [B, H, T], as repeat_kv orders the heads
-        gate = self.magnitude
+        gate, block = self.magnitude, self.config.magnitude_chunk
+        if gate.apply_to == "logits":  # softmax(z_ij + log max(M_ij, floor))
+            return lowrank_prefix_attention(q, k, v, phi, lam, c, scale=scale, prior_floor=PRIOR_FLOOR, block=block)
         return lowrank_prefix_attention(q, k, v, phi, lam, c, gate.beta, gate.gamma, gate=gate.gate_form, scale=scale,
-                                        block=self.config.magnitude_chunk)
+                                        block=block)
 
     def forward(self, x: torch.Tensor, rope: nn.Module | None = None, return_weights: bool = False,
                 kv: LayerKV | None = None):

@@ -147,7 +147,8 @@ class MagnitudeGate(nn.Module):
             if self.record_stats:
                 with torch.no_grad():
                     w, mag, info = self.weights(k.detach())
-                    self._record(w, mag, info, M.gate(w, self.beta, self.gamma, self.gate_form), k.shape[-2])
+                    g = M.log_prior(w) if self.apply_to == "logits" else M.gate(w, self.beta, self.gamma, self.gate_form)
+                    self._record(w, mag, info, g, k.shape[-2])
         return phi, lam, c
 
     def forward(self, k: torch.Tensor) -> torch.Tensor:
