@@ -58,11 +58,13 @@ def test_every_layer_on_the_gpu_matches_float64_on_the_cpu(variant):
     assert (out - ref).abs().max().item() < 2e-4
 
 
-def test_the_lowrank_prefix_block_path_on_the_gpu():
-    """attnlab.functional.prefix_attention's blocks (the path of magnitude="prefix" with the low-rank solver and
-    gated values; no registered variant takes it): float32 on the GPU (TF32 off) against float64 on the CPU with
-    the bound above, and the leak test in float64 on the GPU with blocks of 5 positions."""
-    attn = {"magnitude": "prefix", "magnitude_solver": "lowrank", "magnitude_rank": 16, "magnitude_chunk": 24}
+@pytest.mark.parametrize("apply", ["values", "logits"])
+def test_the_lowrank_prefix_block_path_on_the_gpu(apply):
+    """attnlab.functional.prefix_attention's blocks (the path of magnitude="prefix" with the low-rank solver, gated
+    values or the logit prior): float32 on the GPU (TF32 off) against float64 on the CPU with the bound above, and
+    the leak test in float64 on the GPU with blocks of 5 positions."""
+    attn = {"magnitude": "prefix", "magnitude_solver": "lowrank", "magnitude_rank": 16, "magnitude_chunk": 24,
+            "magnitude_apply": apply}
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=VOCAB, block_size=64, n_layer=1, n_head=4, n_embd=64, attention=attn)
     layer = Attention(cfg.resolved_attention(), 64)
