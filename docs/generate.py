@@ -224,11 +224,11 @@ def hijack_protocol_block(spec: str) -> str:
                            [(p.name, read_results(p)[1]) for p in _parts(prefix)])
 
 
-def bench_long_block(name: str, path: Path | None = None) -> str:
-    """A table of the rows (and the scaling exponents) of a saved ``benchmarks/magnitude.py --long`` run."""
+def bench_long_block(path: Path) -> str:
+    """A table of the rows (and the scaling exponents) of a saved ``benchmarks/magnitude.py`` run (``--long``)."""
     import json
 
-    bench = json.loads((path or ROOT / "results" / name / "bench_long.json").read_text())
+    bench = json.loads(path.read_text())
     lines = ["| row | T | fwd+bwd ms | SDPA ms | ratio | target | peak MiB | SDPA peak MiB |",
              "|---|---|---|---|---|---|---|---|"]
     for r in bench["results"]:
@@ -259,7 +259,7 @@ def bench_cuda_block(part: str) -> str:
 
     folder = ROOT / "results" / "benchmarks" / "cuda"
     if part == "long":
-        return bench_long_block("", folder / "magnitude_long.json")
+        return bench_long_block(folder / "magnitude_long.json")
     if part == "layer":
         bench = json.loads((folder / "attention_layer_bf16.json").read_text())
         lines = ["| variant | path | fwd ms | fwd vs SDPA | fwd+bwd ms | fwd+bwd vs SDPA |", "|---|---|---|---|---|---|"]
@@ -347,7 +347,7 @@ def render(name: str, page: Path) -> str | None:
         return hijack_protocol_block(name.split(":", 1)[1])
     if name.startswith("BENCH-LONG:"):
         folder, _, stem = name.split(":", 1)[1].partition(":")
-        return bench_long_block(folder, ROOT / "results" / folder / f"{stem or 'bench_long'}.json")
+        return bench_long_block(ROOT / "results" / folder / f"{stem or 'bench_long'}.json")
     if name.startswith("HEADS:"):
         return heads_block(name.split(":", 1)[1])
     if name == "BENCH-GENERATE":

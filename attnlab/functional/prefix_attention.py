@@ -82,9 +82,7 @@ class _LowrankPrefixAttention(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, d_out):
         q, k, v, c_aug, key_aug, beta, gamma, out = ctx.saved_tensors
-        n, form, block = q.shape[-2], ctx.form, ctx.block
-        if ctx.floor is not None:
-            return _prior_backward(ctx, d_out)
+        n, form, floor, block = q.shape[-2], ctx.form, ctx.floor, ctx.block
         future = torch.ones(block, block, dtype=torch.bool, device=q.device).triu(1)
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         dc_aug, dkey_aug = torch.zeros_like(c_aug), torch.zeros_like(key_aug)
@@ -92,58 +90,46 @@ class _LowrankPrefixAttention(torch.autograd.Function):
         big_d = (d_out * out).sum(-1, keepdim=True)  # D_i = do_i' o_i
         for i0 in range(0, n, block):
             i1 = min(i0 + block, n)
-            p, m = _tile(q, k, c_aug, key_aug, i0, i1, future, None)
-            # the gate g = f(u), u = beta x + gamma, and where dM passes (x = clamp(M, 0, 1) or M)
-            x = m.clamp(0.0, 1.0) if form == "clamp" else m
-            passes = (x == m) if form == "clamp" else None
-            g = x * beta + gamma
-            if form == "linear":
-                passes = (g >= 0) & (g <= 1)
-                g.clamp_(0.0, 1.0)
-            else:
-                g.sigmoid_()
+            p, m = _tile(q, k, c_aug, key_aug, i0, i1, future, floor)
             do = d_out[..., i0:i1, :]
-            dv[..., :i1, :] += (p * g.to(p.dtype)).mT @ do  # dv_j = sum_i a_ij do_i
             da = do @ v[..., :i1, :].mT  # da_ij = do_i' v_j
-            dz = (da * g.to(da.dtype)).sub_(big_d[..., i0:i1, :]).mul_(p)  # dz_ij = p_ij (g_ij da_ij - D_i)
+            if floor is not None:  # the prior: a = p, s_ij = z_ij + log max(M_ij, floor)
+                dv[..., :i1, :] += p.mT @ do  # dv_j = sum_i p_ij do_i
+                dz = da.sub_(big_d[..., i0:i1, :]).mul_(p)  # dz_ij = ds_ij = p_ij (do_i' v_j - D_i)
+                dm = dz.to(m.dtype).div(m.clamp_min(floor)).mul_(m >= floor)  # 1/M above the floor, 0 below
+            else:  # the gate: a = p o g
+                g, x, passes = _gate(m, beta, gamma, form)
+                dv[..., :i1, :] += (p * g.to(p.dtype)).mT @ do  # dv_j = sum_i a_ij do_i
+                dz = (da * g.to(da.dtype)).sub_(big_d[..., i0:i1, :]).mul_(p)  # dz_ij = p_ij (g_ij da_ij - D_i)
+                du = da.mul_(p).to(g.dtype)  # dg_ij = p_ij da_ij, then dL/du = dg f'(u)
+                if form == "linear":
+                    du.mul_(passes)
+                else:
+                    du.mul_(g).addcmul_(du, g, value=-1.0)  # sigmoid' = g (1 - g)
+                d_gamma += du.sum()
+                d_beta += (du * x).sum()
+                dm = du.mul_(beta)  # dM_ij = dL/du beta (where the clamp passes M)
+                if form == "clamp":
+                    dm.mul_(passes)
             dq[..., i0:i1, :] = dz @ k[..., :i1, :]  # (the scale is folded into q; see lowrank_prefix_attention)
             dk[..., :i1, :] += dz.mT @ q[..., i0:i1, :]
-            du = da.mul_(p).to(g.dtype)  # dg_ij = p_ij da_ij, then dL/du = dg f'(u)
-            if form != "linear":
-                du.mul_(g).addcmul_(du, g, value=-1.0)  # sigmoid' = g (1 - g)
-            else:
-                du.mul_(passes)
-            d_gamma += du.sum()
-            d_beta += (du * x).sum()
-            dm = du.mul_(beta)  # dM_ij = dL/du beta (where the clamp passes M)
-            if form == "clamp":
-                dm.mul_(passes)
             dc_aug[..., i0:i1, :] = dm @ key_aug[..., :i1, :]
             dkey_aug[..., :i1, :] += dm.mT @ c_aug[..., i0:i1, :]
+        if floor is not None:
+            d_beta = d_gamma = None  # the prior has no gate
         return dq, dk, dv, dc_aug, dkey_aug, d_beta, d_gamma, None, None, None
 
 
-def _prior_backward(ctx, d_out):
-    """The backward pass of the logit-prior form: with s_ij = z_ij + log max(M_ij, floor) and p = softmax(s),
-    ds_ij = p_ij (do_i' v_j - D_i) is dz_ij, and dM_ij = ds_ij / M_ij where M_ij >= floor (0 below: the clamp)."""
-    q, k, v, c_aug, key_aug, beta, gamma, out = ctx.saved_tensors
-    n, floor, block = q.shape[-2], ctx.floor, ctx.block
-    future = torch.ones(block, block, dtype=torch.bool, device=q.device).triu(1)
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    dc_aug, dkey_aug = torch.zeros_like(c_aug), torch.zeros_like(key_aug)
-    big_d = (d_out * out).sum(-1, keepdim=True)  # D_i = do_i' o_i
-    for i0 in range(0, n, block):
-        i1 = min(i0 + block, n)
-        p, m = _tile(q, k, c_aug, key_aug, i0, i1, future, floor)
-        do = d_out[..., i0:i1, :]
-        dv[..., :i1, :] += p.mT @ do  # dv_j = sum_i p_ij do_i
-        ds = (do @ v[..., :i1, :].mT).sub_(big_d[..., i0:i1, :]).mul_(p)  # ds_ij = p_ij (do_i' v_j - D_i)
-        dq[..., i0:i1, :] = ds @ k[..., :i1, :]
-        dk[..., :i1, :] += ds.mT @ q[..., i0:i1, :]
-        dm = ds.to(m.dtype).div_(m.clamp_min(floor)).mul_(m >= floor)  # d log max(M, floor) / dM = 1/M above the floor
-        dc_aug[..., i0:i1, :] = dm @ key_aug[..., :i1, :]
-        dkey_aug[..., :i1, :] += dm.mT @ c_aug[..., i0:i1, :]
-    return dq, dk, dv, dc_aug, dkey_aug, None, None, None, None, None
+def _gate(m, beta, gamma, form):
+    """(g, x, passes) for the backward pass: g = f(u), u = beta x + gamma with x = clamp(M, 0, 1) ("clamp") or M,
+    f = sigmoid ("clamp", "seed") or clamp(., 0, 1) ("linear"); passes: where dM (clamp) or du (linear) passes."""
+    x = m.clamp(0.0, 1.0) if form == "clamp" else m
+    passes = (x == m) if form == "clamp" else None
+    g = x * beta + gamma
+    if form == "linear":
+        passes = (g >= 0) & (g <= 1)
+        return g.clamp_(0.0, 1.0), x, passes
+    return g.sigmoid_(), x, passes
 
 
 def lowrank_prefix_attention(q, k, v, phi, lam, c, beta=1.0, gamma=0.0, *, gate: str = "clamp", scale: float,

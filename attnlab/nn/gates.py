@@ -147,21 +147,23 @@ class MagnitudeGate(nn.Module):
             if self.record_stats:
                 with torch.no_grad():
                     w, mag, info = self.weights(k.detach())
-                    g = M.log_prior(w) if self.apply_to == "logits" else M.gate(w, self.beta, self.gamma, self.gate_form)
-                    self._record(w, mag, info, g, k.shape[-2])
+                    self._record(w, mag, info, self._output(w), k.shape[-2])
         return phi, lam, c
 
     def forward(self, k: torch.Tensor) -> torch.Tensor:
         # no bfloat16 solves under mixed precision; weights() keeps TF32 out of the solves
         with torch.autocast(k.device.type, enabled=False):
             w, mag, info = self.weights(k, with_residual=self.record_stats)
-            if self.apply_to == "logits":
-                g = M.log_prior(w)  # log max(w, PRIOR_FLOOR): added to the logits, p_ij ~ w_ij exp(z_ij)
-            else:
-                g = M.gate(w, self.beta.to(w.dtype), self.gamma.to(w.dtype), self.gate_form)
+            g = self._output(w)
         if self.record_stats:
             self._record(w, mag, info, g, k.shape[-2])
         return g
+
+    def _output(self, w: torch.Tensor) -> torch.Tensor:
+        """gate(w), or with apply_to="logits" log max(w, PRIOR_FLOOR): added to the logits, p_ij ~ w_ij exp(z_ij)."""
+        if self.apply_to == "logits":
+            return M.log_prior(w)
+        return M.gate(w, self.beta.to(w.dtype), self.gamma.to(w.dtype), self.gate_form)
 
     @torch.compiler.disable  # device syncs for the log: kept out of a compiled graph
     @torch.no_grad()
