@@ -30,6 +30,7 @@ Peak memory of one forward+backward call, after a warm-up call (so parameter gra
     python benchmarks/magnitude.py --rows magnitude-causal:256 global-cg:512 --repeats 5
     python benchmarks/magnitude.py --profile magnitude-causal:256          # torch.profiler table instead of JSON
     python benchmarks/magnitude.py --long --repeats 3                       # issue 16's rows, batch 1
+    python benchmarks/magnitude.py --batch 1 --rows lowrank-prefix:2048:256  # a low-rank row with its chunk set
 Prints one JSON object.
 """
 
@@ -108,8 +109,15 @@ def peak_memory_mb(fn, device) -> tuple[float, str]:
     return max(totals) / 2**20, "torch.profiler profile_memory (CPU allocator, running total)"
 
 
-def build(name: str, seq: int, heads: int, head_dim: int, device, dtype):
+def build(name: str, seq: int, heads: int, head_dim: int, device, dtype, chunk: int | None = None):
+    """The row's layer and its raw-SDPA reference; chunk sets magnitude_chunk (the low-rank solver's chunk and the
+    block of lowrank_prefix_attention) for the rows given as overrides."""
     attention, causal = FORMS[name]
+    if chunk is not None:
+        if not isinstance(attention, dict) or attention.get("magnitude_solver") != "lowrank":
+            raise SystemExit(f"--rows: {name}:{seq}:{chunk} sets a chunk, which only the low-rank rows given as "
+                             f"overrides take ({', '.join(n for n, (a, _) in FORMS.items() if isinstance(a, dict) and a.get('magnitude_solver') == 'lowrank')})")
+        attention = {**attention, "magnitude_chunk": chunk}
     n_embd = heads * head_dim
     cfg = GPTConfig(n_head=heads, n_embd=n_embd, block_size=seq, attention=attention).resolved_attention()
     reference = (RawSDPALayer if causal else RawSDPABidirectional)(n_embd, heads)
@@ -118,11 +126,12 @@ def build(name: str, seq: int, heads: int, head_dim: int, device, dtype):
     return layer.to(device, dtype), reference.to(device, dtype), cfg
 
 
-def parse_row(text: str) -> tuple[str, int]:
-    name, _, seq = text.partition(":")
-    if name not in FORMS or not seq.isdigit():
-        raise SystemExit(f"--rows: {text!r} is not NAME:SEQ with NAME one of {', '.join(FORMS)}")
-    return name, int(seq)
+def parse_row(text: str) -> tuple[str, int, int | None]:
+    """NAME:SEQ or NAME:SEQ:CHUNK -> (name, seq, chunk or None)."""
+    name, seq, chunk = (text.split(":") + [""])[:3]
+    if name not in FORMS or not seq.isdigit() or not (chunk == "" or chunk.isdigit() and int(chunk) > 0):
+        raise SystemExit(f"--rows: {text!r} is not NAME:SEQ or NAME:SEQ:CHUNK with NAME one of {', '.join(FORMS)}")
+    return name, int(seq), int(chunk) if chunk else None
 
 
 def profile_row(layer, x, device) -> None:
@@ -151,7 +160,8 @@ def scaling_exponents(results: list[dict]) -> dict:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rows", nargs="*", default=DEFAULT_ROWS, help="NAME:SEQ, NAME in " + ", ".join(FORMS))
+    p.add_argument("--rows", nargs="*", default=DEFAULT_ROWS,
+                   help="NAME:SEQ or NAME:SEQ:CHUNK (a low-rank row's magnitude_chunk), NAME in " + ", ".join(FORMS))
     add_shape_args(p)
     p.add_argument("--profile", metavar="NAME:SEQ", help="print a torch.profiler table of one fwd+bwd call and exit")
     p.add_argument("--long", action="store_true", help="issue 16's long-context rows at batch 1 (overrides --rows "
@@ -164,18 +174,20 @@ def main(argv=None):
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
     if args.profile:
-        name, seq = parse_row(args.profile)
-        layer, _, _ = build(name, seq, args.heads, args.head_dim, device, dtype)
+        name, seq, chunk = parse_row(args.profile)
+        layer, _, _ = build(name, seq, args.heads, args.head_dim, device, dtype, chunk)
         x = torch.randn(args.batch, seq, args.heads * args.head_dim, device=device, dtype=dtype, requires_grad=True)
         profile_row(layer, x, device)
         return
     results, memory_method, load_before = [], None, os.getloadavg()
-    for name, seq in map(parse_row, args.rows):
-        layer, reference, cfg = build(name, seq, args.heads, args.head_dim, device, dtype)
+    for name, seq, chunk in map(parse_row, args.rows):
+        layer, reference, cfg = build(name, seq, args.heads, args.head_dim, device, dtype, chunk)
         x = torch.randn(args.batch, seq, args.heads * args.head_dim, device=device, dtype=dtype)
         x_grad = x.clone().requires_grad_()
         row = {"row": name, "seq": seq, "magnitude": cfg.magnitude, "solver": cfg.magnitude_solver,
                "causal": cfg.causal}
+        if chunk is not None:
+            row["chunk"] = chunk
         for mode, make, inp in (("fwd", fwd, x), ("fwd_bwd", fwd_bwd, x_grad)):
             ours, ref = compare(make(layer, inp), make(reference, inp), device, args.warmup, args.repeats)
             row[f"{mode}_ms"], row[f"sdpa_{mode}_ms"], row[f"{mode}_ratio"] = round(ours, 2), round(ref, 2), round(ours / ref, 3)

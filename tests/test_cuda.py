@@ -76,6 +76,62 @@ def test_the_lowrank_prefix_block_path_on_the_gpu(apply):
     assert max_leak(build({**attn, "magnitude_rank": 8, "magnitude_chunk": 5}, "rope"), device=CUDA) < LEAK_TOL
 
 
+@pytest.mark.parametrize("floor", [None, 1e-3])
+def test_the_lowrank_prefix_blocks_keep_float32_accuracy_under_tf32(tf32, floor):
+    """The trainer's TF32 setting: lowrank_prefix_attention runs every matmul in IEEE float32 (forward and
+    hand-written backward; ieee_float32), so its output's and its inputs' gradients' errors on the GPU against
+    float64 on the CPU stay within 2x (plus 1e-6) of float32 on the CPU's; TF32 would cost ~8x per digit (10-bit
+    against 23-bit mantissa). Value gate (floor None) and logit prior; T = 200 in blocks of 64."""
+    from attnlab.functional.prefix_attention import lowrank_prefix_attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 200, 32, generator=g, dtype=torch.float64) for _ in range(3))
+    phi = 0.3 * torch.randn(2, 4, 200, 16, generator=g, dtype=torch.float64)
+    c = 0.5 * torch.randn(2, 4, 200, 16, generator=g, dtype=torch.float64)
+    lam = 0.2 + 0.8 * torch.rand(2, 4, 200, generator=g, dtype=torch.float64)
+    probe = torch.randn(2, 4, 200, 32, generator=g, dtype=torch.float64)
+
+    def run(dtype, device):
+        leaves = [x.to(device, dtype).requires_grad_() for x in (q, k, v, phi, lam, c)]
+        out = lowrank_prefix_attention(*leaves, 1.7, -0.3, scale=32 ** -0.5, prior_floor=floor, block=64)
+        grads = torch.autograd.grad((out * probe.to(device, dtype)).sum(), leaves)
+        return [t.detach().double().cpu() for t in (out, *grads)]
+
+    ref = run(torch.float64, "cpu")
+
+    def errors(got):
+        return [((a - b).abs().max() / b.abs().max()).item() for a, b in zip(got, ref)]
+
+    cpu32, gpu = errors(run(torch.float32, "cpu")), errors(run(torch.float32, CUDA))
+    print(f"prefix blocks (floor {floor}): relative error (out, dq, dk, dv, dphi, dlam, dc) cpu float32 {cpu32}, "
+          f"gpu under TF32 {gpu}")
+    assert all(e_gpu <= 2 * e_cpu + 1e-6 for e_gpu, e_cpu in zip(gpu, cpu32)), (cpu32, gpu)
+
+
+def test_the_lowrank_prefix_block_path_under_bfloat16_autocast_on_the_gpu():
+    """CUDA autocast (bfloat16), as a bfloat16 training run uses it: the block path's output stays within bfloat16
+    rounding (3e-2, the CPU test's bound) of float64 on the CPU, its input gradient within 3e-2 of the largest
+    entry, and every parameter gets a finite gradient."""
+    attn = {"magnitude": "prefix", "magnitude_solver": "lowrank", "magnitude_rank": 16, "magnitude_chunk": 24}
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=VOCAB, block_size=96, n_layer=1, n_head=4, n_embd=64, attention=attn)
+    layer = Attention(cfg.resolved_attention(), 64).double()
+    x = torch.randn(2, 96, 64, dtype=torch.float64, requires_grad=True)
+    ref = layer(x)
+    (gx_ref,) = torch.autograd.grad(ref.sum(), x)
+    layer = layer.float().to(CUDA)
+    xc = x.detach().float().to(CUDA).requires_grad_()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = layer(xc)
+    assert out.dtype == torch.bfloat16
+    (gx,) = torch.autograd.grad(out.float().sum(), xc)
+    assert (out.double().cpu() - ref.detach()).abs().max() < 3e-2
+    assert (gx.double().cpu() - gx_ref).abs().max() < 3e-2 * gx_ref.abs().max()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        layer(xc).float().square().sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in layer.parameters())
+
+
 @pytest.mark.parametrize("form", ["causal", "prefix"])
 @pytest.mark.parametrize("solver", ["cholesky", "lowrank"])
 def test_magnitude_gate_keeps_float32_accuracy_under_tf32(tf32, form, solver):

@@ -165,3 +165,26 @@ def test_the_block_path_does_not_leak_the_future(apply):
     model = GPT(cfg)
     assert all(block.attn.uses_prefix_blocks for block in model.blocks)
     assert max_leak(model) < LEAK_TOL
+
+
+def test_the_block_is_the_chunk_on_the_cpu_and_at_least_256_on_a_gpu(monkeypatch):
+    """block_for: magnitude_chunk on the CPU; max(chunk, 256) elsewhere, where every block costs a fixed number of
+    kernel launches (docs/speed.md has the H200's chunk sweep). The layer passes the block it computes for the
+    device of its inputs (captured here on the CPU, with magnitude_chunk = 24)."""
+    import attnlab.nn.attention as attention_module
+    from attnlab.functional.prefix_attention import DEVICE_MIN_BLOCK, block_for
+
+    assert DEVICE_MIN_BLOCK == 256
+    assert [block_for(64, "cpu"), block_for(300, "cpu"), block_for(64, "cuda"), block_for(512, "cuda")] == [64, 300, 256, 512]
+    seen = []
+
+    def spy(*args, block, **kwargs):
+        seen.append(block)
+        return lowrank_prefix_attention(*args, block=block, **kwargs)
+
+    monkeypatch.setattr(attention_module, "lowrank_prefix_attention", spy)
+    cfg = GPTConfig(vocab_size=VOCAB, block_size=T, n_layer=1, n_head=2, n_embd=16,
+                    attention={"magnitude": "prefix", "magnitude_solver": "lowrank", "magnitude_rank": 4,
+                               "magnitude_chunk": 24})
+    Attention(cfg.resolved_attention(), 16)(torch.randn(1, T, 16))
+    assert seen == [24]

@@ -11,7 +11,7 @@ from ..errors import ConfigError
 from ..functional.attention import attention, repeat_kv
 from ..functional.heads import cascade_logits
 from ..functional.magnitude import PRIOR_FLOOR
-from ..functional.prefix_attention import lowrank_prefix_attention
+from ..functional.prefix_attention import block_for, lowrank_prefix_attention
 from ..functional.scores import default_scale, qk_normalize
 from .gates import MagnitudeGate
 from .heads import HeadMLP, LogitCascade, MoHRouter, TalkingHeads
@@ -131,12 +131,12 @@ class Attention(nn.Module):
 
     def _prefix_blocks(self, q, k, v, factors, scale):
         """o = lowrank_prefix_attention of q [B, H, T, d] over k, v and the gate's factors [B, Hkv, T, .] (K/V heads
-        repeated to H)."""
+        repeated to H), in blocks of magnitude_chunk queries (at least 256 on a GPU: block_for)."""
         n_rep = self.n_head // self.n_kv_head
         phi, lam, c = factors
         k, v, phi, c = (repeat_kv(x, n_rep) for x in (k, v, phi, c))
         lam = lam.repeat_interleave(n_rep, dim=1)  # [B, H, T], as repeat_kv orders the heads
-        gate, block = self.magnitude, self.config.magnitude_chunk
+        gate, block = self.magnitude, block_for(self.config.magnitude_chunk, q.device.type)
         if gate.apply_to == "logits":  # softmax(z_ij + log max(M_ij, floor))
             return lowrank_prefix_attention(q, k, v, phi, lam, c, scale=scale, prior_floor=PRIOR_FLOOR, block=block)
         return lowrank_prefix_attention(q, k, v, phi, lam, c, gate.beta, gate.gamma, gate=gate.gate_form, scale=scale,

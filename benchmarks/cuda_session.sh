@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One GPU session's checks and measurements, each step bounded, logs and JSON under $1 (default $OUT or ./cuda-out):
+#   tests/test_cuda.py (every GPU test, -rA so each one is named), benchmarks/magnitude.py --long (the long-context
+#   magnitude rows, the block form of the low-rank prefix layer included), benchmarks/attention_layer.py in bfloat16
+#   (every registered variant's layer), and a 30-step probe of training at T = 1024 (the magnitude-long experiment's
+#   shape) per variant, to size a longer comparison (its summaries only: at most 7 files land in the folder).  Missing pure-Python dependencies can travel as wheels in .whl/.
+#     bash benchmarks/cuda_session.sh results/benchmarks/cuda
+cd "$(dirname "$0")/.."
+DEST="${1:-${OUT:-cuda-out}}"; mkdir -p "$DEST"
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | tail -2
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+export PYTHONUNBUFFERED=1 ATTNLAB_CACHE=/tmp/attnlab-cache MPLBACKEND=Agg
+t0=$(date +%s); stamp() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
+{ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+  python3 -c "import torch,sys;print(sys.version, torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
+  nproc; } > "$DEST/machine.txt" 2>&1
+stamp tests
+timeout 180 python3 -m pytest -q -s -rA -p no:cacheprovider tests/test_cuda.py > "$DEST/test_cuda.log" 2>&1
+echo "rc $?" >> "$DEST/test_cuda.log"; grep -E "passed|failed|FAILED|rc " "$DEST/test_cuda.log" | tail -8
+stamp magnitude_long
+timeout 120 python3 benchmarks/magnitude.py --long --device cuda --repeats 5 > "$DEST/magnitude_long.json" 2> /tmp/magnitude_long.err
+tail -2 /tmp/magnitude_long.err
+stamp layer_bf16
+timeout 90 python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 --repeats 5 > "$DEST/attention_layer_bf16.json" 2> /tmp/attention_layer_bf16.err
+tail -2 /tmp/attention_layer_bf16.err
+stamp probe_T1024
+for v in standard magnitude-causal-lowrank magnitude-causal; do
+  timeout 40 python3 -c "import sys; from attnlab.cli import main; sys.exit(main())" train --preset cpu --quiet \
+    --out "/tmp/probe-$v" model.attention=$v model.block_size=1024 train.batch_size=4 train.max_steps=30 train.warmup_steps=10 \
+    train.eval_interval=30 train.eval_tokens=32768 train.sample_tokens=0 train.device=cuda > "/tmp/probe-$v.log" 2>&1
+  echo "rc $?" >> "/tmp/probe-$v.log"; tail -2 "/tmp/probe-$v.log"; cp "/tmp/probe-$v/summary.json" "$DEST/probe-${v}_summary.json" 2>/dev/null
+done
+stamp done
