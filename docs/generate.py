@@ -26,7 +26,8 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
 - ``BENCH-GENERATE``: the rows of ``benchmarks/generate.py`` saved in ``results/benchmarks/generate.json``;
 - ``BENCH-CUDA:<part>``: what a GPU measured, from ``results/benchmarks/cuda/``: ``path`` (benchmarks/cuda_path.py
   and train_step.py --device cuda), ``train`` (a gpt2-small run), ``long`` (magnitude.py --long), ``layer``
-  (attention_layer.py in bfloat16).
+  (attention_layer.py in bfloat16), ``chunks`` (magnitude.py's low-rank prefix rows at several blocks against the
+  explicit path, magnitude_chunks.json).
 
 Blocks with other names (the hand-written ``MAGNITUDE-TEXT`` and the like) are left alone. tests/test_docs.py
 imports this file and checks that every committed block equals what it generates, so the text cannot drift from
@@ -252,6 +253,24 @@ def heads_block(name: str) -> str:
     return heads_table({f"`{f.parents[2].name}` {f.parents[1].name}": json.loads(f.read_text()) for f in files})
 
 
+def bench_chunks_table(bench: dict) -> str:
+    """| T | one column per block of the lowrank-prefix rows | the explicit path | SDPA |: fwd+bwd ms (peak MiB)."""
+    rows = bench["results"]
+    chunks = sorted({r["chunk"] for r in rows if r["row"] == "lowrank-prefix" and "chunk" in r})
+    lines = ["| T | " + " | ".join(f"blocks of {c}" for c in chunks) + " | explicit path ([T, T] gate) | SDPA |",
+             "|---" * (len(chunks) + 3) + "|"]
+    for t in sorted({r["seq"] for r in rows if r["row"] == "lowrank-prefix"}):
+        at = {(r["row"], r.get("chunk")): r for r in rows if r["seq"] == t}
+        cells = [at.get(("lowrank-prefix", c)) for c in chunks] + [at.get(("lowrank-prefix-explicit", None))]
+        sdpa = min(r["sdpa_fwd_bwd_ms"] for r in at.values())
+        lines.append(f"| {t} | " + " | ".join("" if r is None else f"{r['fwd_bwd_ms']} ms ({r['peak_mb']:.0f} MiB)"
+                                               for r in cells) + f" | {sdpa} ms |")
+    s = bench["shape"]
+    return "\n".join(lines) + (f"\n\nForward+backward of one layer, batch {s['batch']}, {s['heads']} heads, head_dim "
+                               f"{s['head_dim']}, {bench['dtype']}, medians of {bench['repeats']}; SDPA: the raw-SDPA "
+                               f"layer at that T, the fastest of its timings in the same run.\n")
+
+
 def bench_cuda_block(part: str) -> str:
     """Tables of what a GPU measured (results/benchmarks/cuda/): the CUDA path's design checks, a training run,
     the long-context magnitude rows and the attention layer in bfloat16."""
@@ -260,6 +279,8 @@ def bench_cuda_block(part: str) -> str:
     folder = ROOT / "results" / "benchmarks" / "cuda"
     if part == "long":
         return bench_long_block(folder / "magnitude_long.json")
+    if part == "chunks":
+        return bench_chunks_table(json.loads((folder / "magnitude_chunks.json").read_text()))
     if part == "layer":
         bench = json.loads((folder / "attention_layer_bf16.json").read_text())
         lines = ["| variant | path | fwd ms | fwd vs SDPA | fwd+bwd ms | fwd+bwd vs SDPA |", "|---|---|---|---|---|---|"]

@@ -337,3 +337,62 @@ def test_the_train_step_numbers_on_the_speed_page_are_the_saved_benchmark():
                    f"ratio of {bench['ratio']}", f"equal, {bench['step0_loss']['attnlab']}", f"{bench['steps_each']} steps"):
         assert number in text, number
     assert bench["step0_loss"]["attnlab"] == bench["step0_loss"]["reference"]
+
+
+def test_magnitude_long_2_prose_is_the_results():
+    """docs/studies/magnitude-long.md's prose on the GPU comparison (magnitude-long-2) is recomputed from its
+    results/ folder: run times, the low-rank gap during training, the seeds' spreads, standard's curve."""
+    import json
+    import statistics
+
+    from attnlab.rundir import read_metrics
+
+    page = " ".join((ROOT / "docs" / "studies" / "magnitude-long.md").read_text().split())
+    results = ROOT / "results" / "magnitude-long-2"
+
+    def runs(variant):
+        return [json.loads(f.read_text()) for f in sorted((results / variant).glob("seed*/summary.json"))]
+
+    def span(values, fmt):
+        return f"{min(values):{fmt}}-{max(values):{fmt}}"
+
+    for variant, unit in (("standard", "s"), ("magnitude-causal-lowrank", "s"), ("magnitude-causal", "s")):
+        assert f"{span([r['wall_time_s'] for r in runs(variant)], '.0f')} {unit}" in page, variant
+    finals = [r["final_val_loss"] for r in runs("magnitude-causal")]
+    assert f"({min(finals):.4f} to {max(finals):.4f})" in page
+    low = [r["final_val_loss"] for r in runs("magnitude-causal-lowrank")]
+    assert f"within {max(low) - min(low):.4f} of each other" in page
+
+    def mean_eval(variant, step):
+        return statistics.mean(next(m["val_loss"] for m in read_metrics(d) if m["step"] == step)
+                               for d in sorted((results / variant).glob("seed*")))
+
+    gaps = [mean_eval("magnitude-causal-lowrank", s) - mean_eval("standard", s) for s in (600, 1000)]
+    assert f"+{gaps[0]:.4f} at step 600 and +{gaps[1]:.4f} at step 1000" in page
+    evals = {m["step"]: m["val_loss"] for m in read_metrics(results / "standard" / "seed0") if m["val_loss"] is not None}
+    assert f"from {evals[200]:.4f} at step 200 to {evals[1200]:.4f} at step 1200" in page
+
+
+def test_the_gpu_block_sweep_prose_is_the_saved_benchmark():
+    """docs/speed.md's and magnitude-long.md's prose on the block form on the GPU: the ratios and memory shares of
+    blocks of 256 against 64 and against the explicit path, recomputed from results/benchmarks/cuda."""
+    import json
+
+    cuda = ROOT / "results" / "benchmarks" / "cuda"
+    rows = json.loads((cuda / "magnitude_chunks.json").read_text())["results"]
+    at = {(r["row"], r["seq"], r.get("chunk")): r for r in rows}
+    seqs = (1024, 2048, 4096)
+    speedup = [at["lowrank-prefix", t, 64]["fwd_bwd_ms"] / at["lowrank-prefix", t, 256]["fwd_bwd_ms"] for t in seqs]
+    vs_explicit = [at["lowrank-prefix", t, 256]["fwd_bwd_ms"] / at["lowrank-prefix-explicit", t, None]["fwd_bwd_ms"]
+                   for t in seqs]
+    memory = [at["lowrank-prefix", t, 256]["peak_mb"] / at["lowrank-prefix-explicit", t, None]["peak_mb"] for t in seqs]
+    speed = " ".join((DOCS / "speed.md").read_text().split())
+    study = " ".join((DOCS / "studies" / "magnitude-long.md").read_text().split())
+    ratios = " / ".join(f"{x:.2f}x" for x in vs_explicit)
+    assert " / ".join(f"{x:.1f}x" for x in speedup) + " against 64" in speed
+    assert f"to {ratios} the explicit path's time at " + " / ".join(f"{100 * m:.0f}%" for m in memory) in speed
+    assert ", ".join(f"{x:.2f}x" for x in vs_explicit[:2]) + f" and {vs_explicit[2]:.2f}x the explicit path" in study
+    assert ", ".join(f"{100 * m:.0f}%" for m in memory[:2]) + f" and {100 * memory[2]:.0f}% of its memory" in study
+    long = {(r["row"], r["seq"]): r for r in json.loads((cuda / "magnitude_long.json").read_text())["results"]}
+    assert (f"({long['lowrank-prefix', 1024]['fwd_bwd_ms']:.1f} ms against "
+            f"{long['lowrank-prefix-explicit', 1024]['fwd_bwd_ms']:.1f} at T = 1024)") in speed

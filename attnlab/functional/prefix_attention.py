@@ -38,7 +38,7 @@ BLOCK = 64  # queries per block (the layer passes magnitude_chunk, also 64 by de
 #   faster than 32 and 128 at T = 1024 and 2048 (docs/studies/magnitude-long.md#speed)
 DEVICE_MIN_BLOCK = 256  # on a GPU each block costs a fixed number of kernel launches: on an H200 at T = 1024 / 2048 /
 #   4096 blocks of 256 ran forward+backward in 13.3 / 19.6 / 27.2 ms against 23.8 / 39.9 / 74.4 ms with 64, at
-#   121 / 246 / 493 MiB against 61 / 115 / 228 (results/benchmarks/cuda/magnitude_chunks.json; docs/speed.md)
+#   122 / 246 / 492 MiB against 61 / 115 / 228 (results/benchmarks/cuda/magnitude_chunks.json; docs/speed.md)
 
 
 def block_for(chunk: int, device_type: str) -> int:
