@@ -3,7 +3,9 @@
 #   tests/test_cuda.py (every GPU test, -rA so each one is named), benchmarks/magnitude.py --long (the long-context
 #   magnitude rows, the block form of the low-rank prefix layer included), benchmarks/attention_layer.py in bfloat16
 #   (every registered variant's layer), and a 30-step probe of training at T = 1024 (the magnitude-long experiment's
-#   shape) per variant, to size a longer comparison (its summaries only: at most 7 files land in the folder).  Missing pure-Python dependencies can travel as wheels in .whl/.
+#   shape) per variant, to size a longer comparison; the block sweep of the low-rank prefix layer (blocks of 64 to 512
+#   against the explicit path, magnitude_chunks.json). Eight files land in the folder. Missing pure-Python
+#   dependencies can travel as wheels in .whl/.
 #     bash benchmarks/cuda_session.sh results/benchmarks/cuda
 cd "$(dirname "$0")/.."
 DEST="${1:-${OUT:-cuda-out}}"; mkdir -p "$DEST"
@@ -22,6 +24,11 @@ echo "rc $?" >> "$DEST/test_cuda.log"; grep -E "passed|failed|FAILED|rc " "$DEST
 stamp magnitude_long
 timeout 120 python3 benchmarks/magnitude.py --long --device cuda --repeats 5 > "$DEST/magnitude_long.json" 2> /tmp/magnitude_long.err
 tail -2 /tmp/magnitude_long.err
+stamp chunks
+rows=""; for t in 1024 2048 4096; do for c in 64 128 256 512; do rows="$rows lowrank-prefix:$t:$c"; done
+  rows="$rows lowrank-prefix-explicit:$t"; done
+timeout 120 python3 benchmarks/magnitude.py --device cuda --batch 1 --repeats 5 --rows $rows lowrank-causal:4096:64 \
+  lowrank-causal:4096:256 > "$DEST/magnitude_chunks.json" 2> /tmp/magnitude_chunks.err; tail -1 /tmp/magnitude_chunks.err
 stamp layer_bf16
 timeout 90 python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 --repeats 5 > "$DEST/attention_layer_bf16.json" 2> /tmp/attention_layer_bf16.err
 tail -2 /tmp/attention_layer_bf16.err
@@ -30,6 +37,6 @@ for v in standard magnitude-causal-lowrank magnitude-causal; do
   timeout 40 python3 -c "import sys; from attnlab.cli import main; sys.exit(main())" train --preset cpu --quiet \
     --out "/tmp/probe-$v" model.attention=$v model.block_size=1024 train.batch_size=4 train.max_steps=30 train.warmup_steps=10 \
     train.eval_interval=30 train.eval_tokens=32768 train.sample_tokens=0 train.device=cuda > "/tmp/probe-$v.log" 2>&1
-  echo "rc $?" >> "/tmp/probe-$v.log"; tail -2 "/tmp/probe-$v.log"; cp "/tmp/probe-$v/summary.json" "$DEST/probe-${v}_summary.json" 2>/dev/null
+  echo "rc $?" >> "/tmp/probe-$v.log"; tail -2 "/tmp/probe-$v.log"; cp "/tmp/probe-$v/summary.json" "$DEST/probe-T1024-${v}_summary.json" 2>/dev/null
 done
 stamp done

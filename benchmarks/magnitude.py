@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attention_layer import RawSDPALayer, _sync, add_shape_args, compare, fwd, fwd_bwd  # noqa: E402  (benchmarks/ helpers)
 
 from attnlab import GPTConfig  # noqa: E402
+from attnlab.functional import prefix_attention  # noqa: E402
 from attnlab.nn import Attention  # noqa: E402
 
 # row name -> (AttentionConfig overrides, causal); the variants' own defaults otherwise (eps 1e-3, clamp gate, t 1)
@@ -161,7 +162,8 @@ def scaling_exponents(results: list[dict]) -> dict:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", nargs="*", default=DEFAULT_ROWS,
-                   help="NAME:SEQ or NAME:SEQ:CHUNK (a low-rank row's magnitude_chunk), NAME in " + ", ".join(FORMS))
+                   help="NAME:SEQ or NAME:SEQ:CHUNK (a low-rank row's magnitude_chunk, also its block of queries on "
+                        "every device when any row sets one), NAME in " + ", ".join(FORMS))
     add_shape_args(p)
     p.add_argument("--profile", metavar="NAME:SEQ", help="print a torch.profiler table of one fwd+bwd call and exit")
     p.add_argument("--long", action="store_true", help="issue 16's long-context rows at batch 1 (overrides --rows "
@@ -180,7 +182,10 @@ def main(argv=None):
         profile_row(layer, x, device)
         return
     results, memory_method, load_before = [], None, os.getloadavg()
-    for name, seq, chunk in map(parse_row, args.rows):
+    rows = [parse_row(r) for r in args.rows]
+    if any(chunk is not None for _, _, chunk in rows):  # a row's chunk is its block on every device (no minimum)
+        prefix_attention.DEVICE_MIN_BLOCK = 1
+    for name, seq, chunk in rows:
         layer, reference, cfg = build(name, seq, args.heads, args.head_dim, device, dtype, chunk)
         x = torch.randn(args.batch, seq, args.heads * args.head_dim, device=device, dtype=dtype)
         x_grad = x.clone().requires_grad_()
@@ -188,6 +193,8 @@ def main(argv=None):
                "causal": cfg.causal}
         if chunk is not None:
             row["chunk"] = chunk
+        if layer.uses_prefix_blocks:  # the block lowrank_prefix_attention runs with on this device
+            row["block"] = prefix_attention.block_for(cfg.magnitude_chunk, device.type)
         for mode, make, inp in (("fwd", fwd, x), ("fwd_bwd", fwd_bwd, x_grad)):
             ours, ref = compare(make(layer, inp), make(reference, inp), device, args.warmup, args.repeats)
             row[f"{mode}_ms"], row[f"sdpa_{mode}_ms"], row[f"{mode}_ratio"] = round(ours, 2), round(ref, 2), round(ours / ref, 3)
