@@ -393,6 +393,20 @@ def test_the_gpu_block_sweep_prose_is_the_saved_benchmark():
     assert f"to {ratios} the explicit path's time at " + " / ".join(f"{100 * m:.0f}%" for m in memory) in speed
     assert ", ".join(f"{x:.2f}x" for x in vs_explicit[:2]) + f" and {vs_explicit[2]:.2f}x the explicit path" in study
     assert ", ".join(f"{100 * m:.0f}%" for m in memory[:2]) + f" and {100 * memory[2]:.0f}% of its memory" in study
+    assert (f"slower of the two by {at['lowrank-prefix', 1024, 64]['fwd_bwd_ms'] / at['lowrank-prefix-explicit', 1024, None]['fwd_bwd_ms']:.1f}x"
+            " at T = 1024") in speed
     long = {(r["row"], r["seq"]): r for r in json.loads((cuda / "magnitude_long.json").read_text())["results"]}
-    assert (f"({long['lowrank-prefix', 1024]['fwd_bwd_ms']:.1f} ms against "
-            f"{long['lowrank-prefix-explicit', 1024]['fwd_bwd_ms']:.1f} at T = 1024)") in speed
+    assert all(long["lowrank-prefix", t]["block"] == 256 for t in (1024, 2048))  # measured with block_for's minimum
+    blocks = [long["lowrank-prefix", t] for t in (1024, 2048)]
+    explicit = [long["lowrank-prefix-explicit", t] for t in (1024, 2048)]
+    assert ("The blocks cost " + " / ".join(f"{b['fwd_bwd_ms'] / e['fwd_bwd_ms']:.2f}x" for b, e in zip(blocks, explicit))
+            + " its time at T = 1024 / 2048 with "
+            + " / ".join(f"{100 * b['peak_mb'] / e['peak_mb']:.0f}%" for b, e in zip(blocks, explicit))) in speed
+    causal = [long["lowrank-causal", t] for t in (1024, 2048, 4096)]
+    exact = [long["magnitude-causal", t] for t in (1024, 2048, 4096)]
+    assert f"({causal[2]['fwd_bwd_ratio']:.1f}x at T = 4096)" in speed and f"({exact[2]['fwd_bwd_ratio']:.0f}x at 4096)" in speed
+    assert (", ".join(f"{r['fwd_bwd_ratio']:.1f}x" for r in causal[:2]) + f" and {causal[2]['fwd_bwd_ratio']:.1f}x "
+            "(T = 1024, 2048, 4096)") in study
+    assert ", ".join(f"{r['fwd_bwd_ratio']:.0f}x" for r in exact[:2]) + f" and {exact[2]['fwd_bwd_ratio']:.0f}x" in study
+    before = {(r["row"], r["seq"]): r for r in json.loads((cuda / "magnitude_long_blocks64.json").read_text())["results"]}
+    assert f"the same row gave {before['lowrank-causal', 2048]['fwd_bwd_ratio']:.1f}x at T = 2048" in speed
