@@ -410,3 +410,17 @@ def test_the_gpu_block_sweep_prose_is_the_saved_benchmark():
     assert ", ".join(f"{r['fwd_bwd_ratio']:.0f}x" for r in exact[:2]) + f" and {exact[2]['fwd_bwd_ratio']:.0f}x" in study
     before = {(r["row"], r["seq"]): r for r in json.loads((cuda / "magnitude_long_blocks64.json").read_text())["results"]}
     assert f"the same row gave {before['lowrank-causal', 2048]['fwd_bwd_ratio']:.1f}x at T = 2048" in speed
+
+
+def test_the_heads_page_gpu_costs_are_the_saved_layer_benchmark():
+    """docs/heads.md quotes the H200's bfloat16 layer table (results/benchmarks/cuda/attention_layer_bf16.json) for
+    the three recombinations: the forward+backward ratios against the SDPA layer."""
+    import json
+
+    bench = json.loads((ROOT / "results" / "benchmarks" / "cuda" / "attention_layer_bf16.json").read_text())
+    ratio = {r["variant"]: r["layer_fwd_bwd_ratio"] for r in bench["results"]}
+    page = " ".join((DOCS / "heads.md").read_text().split())
+    assert (f"the three layers cost {ratio['talking-heads']}x, {ratio['moh']}x and {ratio['coda']}x the SDPA layer's"
+            in page)
+    assert f"the layer costs {ratio['coda']}x the SDPA layer's forward+backward, the cheapest of the three" in page
+    assert ratio["coda"] < min(ratio["talking-heads"], ratio["moh"])
