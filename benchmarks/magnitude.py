@@ -67,6 +67,7 @@ FORMS = {
     "lowrank-prefix-logits-sdpa": ({"magnitude": "prefix", "magnitude_solver": "lowrank", "magnitude_apply": "logits",
                                     "backend": "sdpa"}, True),  # the [T, T] prior as SDPA's float mask
 }
+CHUNKED = [n for n, (a, _) in FORMS.items() if isinstance(a, dict) and a.get("magnitude_solver") == "lowrank"]  # NAME:SEQ:CHUNK
 TARGETS = {("global-cg", 512): 1.5, ("magnitude-causal", 256): 2.0, ("magnitude-prefix", 256): 3.0}
 DEFAULT_ROWS = ["global-cg:512", "magnitude-causal:256", "magnitude-prefix:256", "magnitude-causal:512",
                 "magnitude-prefix:512", "magnitude-causal-logits:256", "magnitude-prefix-logits:256"]
@@ -115,9 +116,9 @@ def build(name: str, seq: int, heads: int, head_dim: int, device, dtype, chunk: 
     block of lowrank_prefix_attention) for the rows given as overrides."""
     attention, causal = FORMS[name]
     if chunk is not None:
-        if not isinstance(attention, dict) or attention.get("magnitude_solver") != "lowrank":
+        if name not in CHUNKED:
             raise SystemExit(f"--rows: {name}:{seq}:{chunk} sets a chunk, which only the low-rank rows given as "
-                             f"overrides take ({', '.join(n for n, (a, _) in FORMS.items() if isinstance(a, dict) and a.get('magnitude_solver') == 'lowrank')})")
+                             f"overrides take ({', '.join(CHUNKED)})")
         attention = {**attention, "magnitude_chunk": chunk}
     n_embd = heads * head_dim
     cfg = GPTConfig(n_head=heads, n_embd=n_embd, block_size=seq, attention=attention).resolved_attention()
