@@ -114,6 +114,8 @@ class AttentionConfig:
     """MoH: routed heads active per token, 1 <= k <= n_head - h_s; `None`: half the routed heads, at least 1 (with the default h_s, 3/4 of the heads are active)."""
     moh_balance: float = 0.01
     """MoH: beta, the weight of the load-balance loss sum_i f_i P_i in the training loss (the paper's 0.01); 0 switches it off."""
+    count_prior: bool = False
+    """The duplicate-count prior: softmax(z_ij - log c_ij), c_ij the copies of token x_j among x_1..x_i, so m identical tokens share one token's mass (attnlab.functional.count_prior; the control for magnitude's logit prior, which does the same on exact duplicates). Reads the token ids: causal softmax in a GPT only; composes with a magnitude logit prior (the two add)."""
 
     def __post_init__(self):
         for name in ("n_head", "n_kv_head"):
@@ -138,6 +140,12 @@ class AttentionConfig:
         self._check_magnitude()
         self._check_projections()
         self._check_head_mix()
+        if not isinstance(self.count_prior, bool):
+            raise ConfigError(f"attention.count_prior={self.count_prior!r} must be true or false")
+        if self.count_prior and not (self.causal and self.normalizer == "softmax"):
+            raise ConfigError(f"attention.count_prior=true needs causal softmax attention (counts over each query's "
+                              f"prefix, a prior inside the softmax); got causal={self.causal}, "
+                              f"normalizer={self.normalizer!r}")
         if self.backend == "sdpa" and not self.sdpa_compatible:
             extra = ", magnitude='prefix' (a per-(i, j) gate)" if self.magnitude == "prefix" else ""  # on the values
             extra += f", head_mix={self.head_mix!r} (logits mixed across heads)" if self.head_mix in LOGIT_MIXES \

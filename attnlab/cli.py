@@ -57,9 +57,21 @@ def cmd_train(args) -> int:
         print(f"interrupted: checkpoint saved; continue with: attnlab train --resume {summary.get('out_dir', '')}")
         return 130
     if not args.quiet:
-        print(f"final val loss {summary.get('final_val_loss')} after {summary.get('steps')} steps "
-              f"({summary.get('wall_time_s', 0):.0f} s); run written to {summary.get('out_dir', '')}")
+        print(_final_line(summary))
     return 0
+
+
+def _final_line(summary: dict) -> str:
+    """The last line of ``attnlab train``: the final validation numbers, whether a stop_at rule was met, where."""
+    loss, acc = summary.get("final_val_loss"), summary.get("final_val_accuracy")
+    numbers = "final val loss n/a" if loss is None else f"final val loss {loss:.4f}"
+    if acc is not None:
+        numbers += f", accuracy {100 * acc:.2f}%"
+    if summary.get("stop_at"):
+        numbers += (f"; {summary['stop_at']} met at step {summary['threshold_step']}" if summary.get("converged")
+                    else f"; not converged: {summary['stop_at']} not met by the cap of {summary.get('max_steps')} steps")
+    return (f"{numbers} after {summary.get('steps')} steps ({summary.get('wall_time_s', 0):.0f} s); "
+            f"run written to {summary.get('out_dir', '')}")
 
 
 def cmd_compare(args) -> int:
@@ -73,13 +85,15 @@ def cmd_compare(args) -> int:
         exp = load_experiment(args.experiment)
         base = exp.base_config(args.overrides)
         variants, seeds, out_dir = args.variants or exp.variants, args.seeds or exp.seeds, args.out_dir or exp.out_dir
+        primary = args.primary or exp.primary
     elif not args.variants:
         raise ConfigError("compare needs --variants NAME [NAME ...] or --experiment NAME "
                           "(see `attnlab experiments`)")
     else:
         base, variants, seeds, out_dir = _run_config(args), args.variants, args.seeds or [0, 1, 2], args.out_dir
+        primary = args.primary
     report = compare(base, variants, seeds, out_dir or "runs/compare", quiet=args.quiet,
-                     jobs=args.jobs, threads=args.threads)
+                     jobs=args.jobs, threads=args.threads, primary=primary)
     print(f"report: {report}")
     return 0
 
@@ -328,6 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", help="where runs and report.md go (resumable; default runs/compare)")
     p.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process (default 1)")
     p.add_argument("--threads", type=int, help="CPU threads per run (default: all cores divided by --jobs)")
+    p.add_argument("--primary", help="the primary metric, declared before the runs: val_loss, val_accuracy or a "
+                                     "hook's key (e.g. hijack/synonym-m32/accuracy); the report tests it with Holm")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("report", help="rewrite a comparison's report.md from its runs so far (trains nothing)")

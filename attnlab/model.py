@@ -15,6 +15,7 @@ from torch import nn
 from .config import GPTConfig
 from .errors import ConfigError
 from .nn import Attention, KVCache, LayerKV, LearnedPositions, RotaryEmbedding, SinusoidalPositions
+from .functional.count_prior import count_log_prior
 from .nn.heads import LogitCascade
 
 
@@ -43,8 +44,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, rope: nn.Module | None = None, kv: LayerKV | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), rope, kv=kv)
+    def forward(self, x: torch.Tensor, rope: nn.Module | None = None, kv: LayerKV | None = None,
+                count_prior: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), rope, kv=kv, count_prior=count_prior)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -121,7 +123,8 @@ class GPT(nn.Module):
     def cache_exact(self) -> bool:
         """Whether a K/V cache gives exactly the logits of a full forward: causal attention without a magnitude
         gate in every layer (attnlab.nn.kv_cache says why the gated forms need the whole prefix)."""
-        return all(b.attn.config.causal and b.attn.magnitude is None for b in self.blocks)
+        return all(b.attn.config.causal and b.attn.magnitude is None and not b.attn.config.count_prior
+                   for b in self.blocks)
 
     def new_cache(self) -> KVCache:
         """An empty K/V cache for forward(..., cache=) of up to block_size positions."""
@@ -138,8 +141,9 @@ class GPT(nn.Module):
         offset = 0 if cache is None else cache.length
         self._check_idx(idx, offset)
         x = self.embed(idx, offset)
+        prior = self._count_prior(idx)
         for i, block in enumerate(self.blocks):
-            x = block(x, self.rope, None if cache is None else cache.layers[i])
+            x = block(x, self.rope, None if cache is None else cache.layers[i], prior)
         if self.cascade is not None:
             self.cascade.logits = None  # CODA's last logits are not needed after the last layer
         logits = self.lm_head(self.ln_f(x))
@@ -150,6 +154,12 @@ class GPT(nn.Module):
                 loss = loss + aux
         return logits, loss
 
+    def _count_prior(self, idx: torch.Tensor) -> torch.Tensor | None:
+        """-log c_ij of the tokens idx when a layer uses the duplicate-count prior (attention.count_prior), else None."""
+        if not any(b.attn.config.count_prior for b in self.blocks):
+            return None
+        return count_log_prior(idx, self.wte.weight.dtype)
+
     def aux_losses(self) -> list[torch.Tensor]:
         """The auxiliary training losses of the last forward (MoH's load balance per layer; empty otherwise)."""
         return [b.attn.router.balance_loss for b in self.blocks
@@ -159,9 +169,9 @@ class GPT(nn.Module):
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
         """Attention weights [B, n_head, T, T] of every layer for the tokens idx (computed on the explicit path)."""
         self._check_idx(idx)
-        x, maps = self.embed(idx), []
+        x, maps, prior = self.embed(idx), [], self._count_prior(idx)
         for block in self.blocks:
-            y, weights = block.attn(block.ln_1(x), self.rope, return_weights=True)
+            y, weights = block.attn(block.ln_1(x), self.rope, return_weights=True, count_prior=prior)
             maps.append(weights)
             x = x + y
             x = x + block.mlp(block.ln_2(x))

@@ -215,3 +215,16 @@ register(
           "one sample per step, the mean path at evaluation); the paper's method section is not reproduced here "
           "(docs/heads.md). Explicit path; f has 24 H^2 + 9 H parameters per layer after the first.",
 )
+register(
+    "count-prior", "duplicate-count prior: softmax(z_ij - log c_ij), c_ij the copies of token x_j among x_1..x_i, "
+    "so m identical tokens share one token's mass",
+    "control for seed 000's magnitude prior (the same on exact duplicates, blind to near-duplicates)", count_prior=True,
+    notes="reads the token ids, not the keys: the same prior in every layer. On m identical tokens the prefix "
+          "magnitude prior gives -log m too (weights 1/m), so a cluster of exact copies cannot tell the two apart.",
+)
+register(
+    "low-temperature", "softmax(QK'/(sqrt(d) T)) V at a fixed temperature T = 0.25 (logits 4x sharper)",
+    "seed 003 (temperature); the sharpening control for a prior that concentrates the mass", temperature=0.25,
+    notes="a prior that discounts clusters also sharpens the weights on a unique key; this control sharpens every "
+          "row alike without looking at duplicates (qk-norm is the learned-scale control).",
+)

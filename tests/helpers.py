@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -128,3 +129,66 @@ def tiny(out_dir, cache_dir, **overrides) :
     items = [f"out_dir={out_dir}", f"data.cache_dir={cache_dir}"]
     items += [f"{k.replace('__', '.')}={_value(v)}" for k, v in overrides.items()]
     return apply_overrides(load_preset("tiny"), items)
+
+
+# ------------------------------------------------------------------------------------------ the hijack-v2 parser
+
+
+@dataclasses.dataclass
+class HijackV2Parse:
+    """What parse_hijack_v2 reads off one row of hijack-v2."""
+
+    expected: list[int]
+    answer: int
+    query_spelling: int
+    target_pos: int
+    target_spelling: int
+    cluster_pos: list[int]
+    cluster_tokens: list[int]
+    cluster_values: set
+    unmarked_keys: list[int]  # the keys of the unmarked bindings that are not the query's
+    fillers: list[int]
+
+
+def parse_hijack_v2(task, row) -> HijackV2Parse:
+    """One row of x of a hijack-v2 task, read with nothing but its docstring's id layout: marker 0, query token 1, key
+    spellings k<a>.<s> from 2 (a * synonyms + s), values after them, binding tokens k<a>.<s>=v<b> after the values
+    ((a * synonyms + s) * n_values + b), filler tokens last. Records ``[*] k.s=v`` or a filler, then queries
+    ``? k.s v``, the last cut off after its key. A query's answer is the value of the marked binding of its key."""
+    row = [int(t) for t in row]
+    n_sp = task.n_keys * task.synonyms
+    value0, bind0 = 2 + n_sp, 2 + n_sp + task.n_values
+    filler0 = bind0 + n_sp * task.n_values
+    first_query = len(row) + 1 - 3 * task.n_queries
+    records, fillers, t = [], [], 0  # records: (marked, position, key, spelling, value)
+    while t < first_query:
+        marked = row[t] == 0
+        t += marked
+        tok = row[t]
+        if not marked and tok >= filler0:
+            fillers.append(tok)
+            t += 1
+            continue
+        assert bind0 <= tok < filler0, f"a record is [*] k.s=v or a filler, at {t}"
+        spelling, value = divmod(tok - bind0, task.n_values)
+        records.append((marked, t, spelling // task.synonyms, spelling, value))
+        t += 1
+    assert t == first_query
+    expected, asked = [-1] * len(row), []
+    while t < len(row):
+        assert row[t] == 1 and 2 <= row[t + 1] < value0, f"a query is ? k.s [v], at {t}"
+        key = (row[t + 1] - 2) // task.synonyms
+        marked = [r for r in records if r[0] and r[2] == key]
+        assert len(marked) == 1, "(c) exactly one marked binding of a query's key"
+        expected[t + 1] = value0 + marked[0][4]
+        if t + 2 < len(row):
+            assert row[t + 2] == value0 + marked[0][4], "a query's value is its answer"
+        asked.append(key)
+        t += 3
+    assert t == len(row) + 1 and len(set(asked)) == len(asked) == task.n_queries
+    query_key = asked[-1]
+    target = [r for r in records if r[0] and r[2] == query_key][0]
+    cluster = [r for r in records if not r[0] and r[2] == query_key]
+    return HijackV2Parse(expected, value0 + target[4], row[-1] - 2, target[1], target[3], [r[1] for r in cluster],
+                 [row[r[1]] for r in cluster], {r[4] for r in cluster},
+                 [r[2] for r in records if not r[0] and r[2] != query_key], fillers)

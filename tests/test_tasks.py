@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from attnlab.errors import ConfigError
-from attnlab.tasks import TASKS, Hijack, Induction, MQAR, NoisyRecall, SelectiveCopy, get_task, task_names
-from attnlab.tasks import base as tasks_base, copying, hijack as hijack_module, recall
+from attnlab.tasks import TASKS, Hijack, HijackV2, Induction, MQAR, NoisyRecall, SelectiveCopy, get_task, task_names
+from attnlab.tasks import base as tasks_base, copying, hijack as hijack_module, hijack_v2 as hijack_v2_module, recall
+from helpers import parse_hijack_v2
 
 # small, medium and default sizes of every task (each must generate and parse)
 SIZES = {
@@ -38,6 +39,8 @@ SIZES = {
                {"n_marked": 3, "n_queries": 1, "m": 1, "m_max": 4, "seq_len": 21},
                {"n_queries": 4, "m": 0, "m_max": 64, "seq_len": 163},
                {"n_marked": 3, "n_queries": 3, "m": 2, "seq_len": 24, "n_keys": 5, "n_values": 5}],
+    "hijack-v2": [{}, HijackV2.tiny_params, {"m": 0, "m_max": 8}, {"m": 39, "cluster": "exact"},
+                  {"m": 5, "target_synonym": "query", "synonyms": 3}],
 }
 CASES = [(name, params) for name, sizes in SIZES.items() for params in sizes]
 CASE_IDS = [f"{name}-{i}" for name, sizes in SIZES.items() for i in range(len(sizes))]
@@ -197,14 +200,15 @@ def parse_hijack(task: Hijack, row) -> HijackParse:
 
 
 PARSERS = {"mqar": parse_mqar, "induction": parse_induction, "selective-copy": parse_selective_copy,
-           "noisy-recall": parse_noisy_recall, "hijack": lambda task, row: parse_hijack(task, row).expected}
+           "noisy-recall": parse_noisy_recall, "hijack": lambda task, row: parse_hijack(task, row).expected,
+           "hijack-v2": lambda task, row: parse_hijack_v2(task, row).expected}
 
 
 # --------------------------------------------------------------------------------------------------------- registry
 
 
 def test_registry_order_and_names():
-    assert task_names() == ["mqar", "induction", "selective-copy", "noisy-recall", "hijack"]
+    assert task_names() == ["mqar", "induction", "selective-copy", "noisy-recall", "hijack", "hijack-v2"]
     assert list(TASKS) == task_names()
     for name, cls in TASKS.items():
         assert cls.name == name and isinstance(cls.summary, str) and "\n" not in cls.summary
@@ -582,7 +586,7 @@ def test_sample_rejects_a_bad_rng_or_n():
 # ------------------------------------------------------------------------------------------- docstrings and examples
 
 
-@pytest.mark.parametrize("module", [recall, copying, hijack_module], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [recall, copying, hijack_module, hijack_v2_module], ids=lambda m: m.__name__)
 def test_docstring_examples_equal_example(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted >= 1
@@ -594,7 +598,8 @@ def test_docstring_states_format_source_chance_and_example(name):
     doc = inspect.getdoc(cls)
     assert "Format." in doc and "Chance" in doc and f">>> print({cls.__name__}.tiny().example())" in doc
     source = {"mqar": "arXiv:2312.04927", "selective-copy": "arXiv:2403.17844", "noisy-recall": "arXiv:2403.17844",
-              "induction": "arXiv:2209.11895", "hijack": "seed 000 (docs/sources.md#seed-000)"}[name]
+              "induction": "arXiv:2209.11895", "hijack": "seed 000 (docs/sources.md#seed-000)",
+              "hijack-v2": "seed 000 (docs/sources.md#seed-000)"}[name]
     assert source in doc
     example = cls.tiny().example()
     assert example in doc.replace("\n    ", "\n")  # the printed block, de-indented inside the docstring
@@ -624,11 +629,11 @@ def test_every_parameter_has_a_default_and_an_attribute_docstring(name):
 
 
 def test_tasks_import_nothing_but_numpy_and_errors():
-    for module in (tasks_base, recall, copying, hijack_module):
+    for module in (tasks_base, recall, copying, hijack_module, hijack_v2_module):
         tree = ast.parse(inspect.getsource(module))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level:
-                assert node.module in ("errors", "base") and node.level in (1, 2), node.module
+                assert node.module in ("errors", "base", "hijack") and node.level in (1, 2), node.module
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
                 assert all(n.split(".")[0] in ("numpy", "dataclasses", "typing", "__future__") for n in names), names

@@ -8,6 +8,8 @@ Each experiment is a TOML file in ``attnlab/experiments/presets/`` with the keys
     seeds        training seeds
     out_dir      where the comparison goes unless ``--out-dir`` says otherwise
     overrides    dotted KEY=VALUE settings applied to the preset (before the command line's own)
+    primary      (optional) the primary metric, declared before the runs: val_loss, val_accuracy or a hook's key
+                 (attnlab.experiments.verdict); the report tests it against the baseline with Holm's correction
 
 so a result in the README is reproduced by one command, e.g. ``attnlab compare --experiment boneless --jobs 2``.
 """
@@ -23,6 +25,7 @@ from ..errors import ConfigError, unknown_name
 __all__ = ["Experiment", "experiment_names", "load_experiment"]
 
 _KEYS = {"description": str, "preset": str, "variants": list, "seeds": list, "out_dir": str, "overrides": list}
+_OPTIONAL = {"primary": str}
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class Experiment:
     seeds: list[int]
     out_dir: str
     overrides: list[str]
+    primary: str | None = None
 
     def base_config(self, extra_overrides=()):
         """The RunConfig every run starts from: the preset, this experiment's overrides, then ``extra``."""
@@ -61,7 +65,10 @@ def load_experiment(name: str) -> Experiment:
     for key, kind in _KEYS.items():
         if not isinstance(data.get(key), kind):
             raise ConfigError(f"experiment {name!r}: {key} must be a {kind.__name__}, got {data.get(key)!r}")
-    unknown = sorted(set(data) - set(_KEYS))
+    for key, kind in _OPTIONAL.items():
+        if key in data and not isinstance(data[key], kind):
+            raise ConfigError(f"experiment {name!r}: {key} must be a {kind.__name__}, got {data[key]!r}")
+    unknown = sorted(set(data) - set(_KEYS) - set(_OPTIONAL))
     if unknown:
-        raise ConfigError(f"experiment {name!r}: unknown keys {unknown}; allowed: {sorted(_KEYS)}")
+        raise ConfigError(f"experiment {name!r}: unknown keys {unknown}; allowed: {sorted(_KEYS | _OPTIONAL)}")
     return Experiment(name=name, **data)

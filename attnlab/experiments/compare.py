@@ -63,10 +63,11 @@ def run_config(base, variant: str, seed: int, out_dir):
     )
 
 
-def spec_dict(base, variants: Sequence[str], seeds: Sequence[int]) -> dict:
+def spec_dict(base, variants: Sequence[str], seeds: Sequence[int], primary: str | None = None) -> dict:
     """The contents of ``compare.toml``, normalised through TOML so it compares equal to a loaded file.
 
     The base config loses ``out_dir``, ``model.attention`` and ``train.seed``: each run sets those itself.
+    ``primary``: the primary metric declared before the runs (attnlab.experiments.verdict), kept when given.
     """
     import tomli_w
 
@@ -74,7 +75,8 @@ def spec_dict(base, variants: Sequence[str], seeds: Sequence[int]) -> dict:
     cfg.pop("out_dir", None)
     for table, key in _PER_RUN_KEYS:
         cfg.get(table, {}).pop(key, None)
-    spec = {"variants": list(variants), "seeds": list(seeds), "base": cfg}
+    spec = {"variants": list(variants), "seeds": list(seeds), **({"primary": primary} if primary else {}),
+            "base": cfg}
     return tomllib.loads(tomli_w.dumps(spec))
 
 
@@ -110,7 +112,7 @@ def _with_defaults(spec: dict, cls) -> dict:
         cfg = from_dict(cls, spec["base"])
     except (ConfigError, TypeError, ValueError):
         return spec  # unreadable: compared as written, so the difference is reported
-    return spec_dict(cfg, spec.get("variants", []), spec.get("seeds", []))
+    return spec_dict(cfg, spec.get("variants", []), spec.get("seeds", []), spec.get("primary"))
 
 
 def check_or_write_spec(out_dir: Path, spec: dict, type_of_base=None) -> bool:
@@ -234,6 +236,7 @@ def compare(
     train_fn: Callable | None = None,
     jobs: int = 1,
     threads: int | None = None,
+    primary: str | None = None,
 ) -> Path:
     """Train every (variant, seed) on ``base``'s data and token budget, then write the report; returns report.md.
 
@@ -242,12 +245,16 @@ def compare(
     Welch tests. Resumable (see the module docstring). ``train_fn`` defaults to :func:`attnlab.train.train`
     (tests inject a fake with the same signature). If a run comes back "interrupted" the comparison stops
     there and the report covers what is done; rerunning resumes it. ``jobs``/``threads``: see the module
-    docstring (``train_fn`` works with ``jobs=1`` only).
+    docstring (``train_fn`` works with ``jobs=1`` only). ``primary``: the primary metric, declared before the runs
+    (:func:`attnlab.experiments.verdict.check_primary`); the report tests it against the baseline.
     """
     from ..errors import check_number
+    from .verdict import check_primary
 
     variants, seeds = list(variants), list(seeds)
     _check_lists(variants, seeds)
+    if primary is not None:
+        check_primary(primary)
     check_number("jobs", jobs, low=1, integer=True)
     if threads is not None:
         check_number("threads", threads, low=1, integer=True)
@@ -257,11 +264,11 @@ def compare(
     # seed-major: an unfinished comparison has every variant at the first seeds (validates all up-front)
     grid = [(v, s, run_config(base, v, s, out_dir)) for s in seeds for v in variants]
     with DirectoryLock(out_dir, what="comparison"):  # two compares on one out_dir would train runs twice
-        return _compare_locked(base, variants, seeds, grid, out_dir, quiet, train_fn, jobs, threads)
+        return _compare_locked(base, variants, seeds, grid, out_dir, quiet, train_fn, jobs, threads, primary)
 
 
-def _compare_locked(base, variants, seeds, grid, out_dir: Path, quiet, train_fn, jobs, threads) -> Path:
-    resuming = check_or_write_spec(out_dir, spec_dict(base, variants, seeds), type(base))
+def _compare_locked(base, variants, seeds, grid, out_dir: Path, quiet, train_fn, jobs, threads, primary) -> Path:
+    resuming = check_or_write_spec(out_dir, spec_dict(base, variants, seeds, primary), type(base))
     _say(quiet, f"compare: {len(variants)} variants x {len(seeds)} seeds -> {out_dir}"
                 + (" (resuming)" if resuming else "") + (f", {jobs} at a time" if jobs > 1 else ""))
     todo = []

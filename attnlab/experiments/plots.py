@@ -60,10 +60,18 @@ def _save(fig, ax, path, n_lines: int) -> Path:
     return path
 
 
+def _not_converged(runs: list) -> str:
+    """", k not converged" for runs with a stop rule that hit their cap without meeting it (else "")."""
+    k = sum(r.summary.get("converged") is False for r in runs)
+    return f", {k} not converged" if k else ""
+
+
 def _plot_curves(records: list, variants: list[str], path, accuracy: bool) -> Path | None:
     """A mean line and a ±1 std band per variant over its finished seeds: the validation loss against tokens, or
-    the validation accuracy (%) against steps. Returns ``path``, or None (nothing written) when no finished run
-    logged the quantity."""
+    the validation accuracy (%) against steps. Runs that stop at a threshold (train.stop_at) end at different steps,
+    so a mean over them would stop with the first: each seed is then drawn as its own line, and the legend counts
+    the runs that hit their cap without converging. Returns ``path``, or None (nothing written) when no finished
+    run logged the quantity."""
     fig, ax = _axes()
     drawn, series = False, []
     for variant in variants:
@@ -72,10 +80,20 @@ def _plot_curves(records: list, variants: list[str], path, accuracy: bool) -> Pa
         curves = [c for c in curves if c]
         if not curves:
             continue
+        label = f"{variant} (n={len(curves)}{_not_converged(runs)})"
+        if any(r.summary.get("stop_at") for r in runs):
+            color = None
+            for i, curve in enumerate(curves):
+                xs, ys, _ = _mean_band([curve])
+                (line,) = ax.plot(xs, ys, linewidth=1, alpha=0.8, color=color, label=label if i == 0 else None)
+                color = line.get_color()
+                series.append((xs, ys))
+            drawn = True
+            continue
         xs, mean, std = _mean_band(curves)
         if not xs:
             continue
-        (line,) = ax.plot(xs, mean, marker="o", markersize=3, label=f"{variant} (n={len(curves)})")
+        (line,) = ax.plot(xs, mean, marker="o", markersize=3, label=label)
         series.append((xs, mean))
         if len(curves) > 1:
             lo = [m - s for m, s in zip(mean, std)]

@@ -27,6 +27,7 @@ from .hijack_report import ACCURACY_FILE, MASS_FILE, hijack_results, hijack_tabl
 from .plots import plot_accuracy_curves, plot_loss_curves, plot_loss_deltas
 from .stats import curve_summary, describe, welch_ttest
 from .stats import mean_std_text as _mean_std
+from .verdict import convergence_results, convergence_table, not_converged_note, primary_results, primary_table
 
 __all__ = [
     "RunRecord",
@@ -278,7 +279,10 @@ def compute_results(spec: dict, records: list[RunRecord]) -> dict:
             "n_params": _params(rs),
             "runs": [_run_row(r) for r in rs],
         })
+    primary = spec.get("primary")
     return {"baseline": baseline, "settings": _settings(spec), "variants": rows, "base_config": spec["base"],
+            "convergence": convergence_results(records, variants),
+            "primary": primary_results(records, variants, primary) if primary else None,
             "hijack": hijack_results(records, variants)}
 
 
@@ -302,9 +306,10 @@ def _table(results: dict) -> list[str]:
         f"| variant | finished | final val loss (mean ± std) | Δ vs {base} | Welch t | df | p | tokens/s | params |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    conv = {c["variant"]: c for c in (results.get("convergence") or {}).get("variants", [])}
     for row in results["variants"]:
         loss, w = row["final_val_loss"], row["welch_vs_baseline"]
-        finished = f"{row['n_finished']}/{row['n_seeds']}"
+        finished = f"{row['n_finished']}/{row['n_seeds']}" + not_converged_note(conv.get(row["variant"]))
         if row["n_diverged"]:
             finished += f" ({row['n_diverged']} diverged)"
         mean_std = "n/a" if loss["mean"] is None else f"{loss['mean']:.4f} ± {_num(loss['std'], '.4f')}"
@@ -485,7 +490,9 @@ def results_tables(results: dict, heading: str = "##") -> str:
     during training, weight and gate diagnostics, under ``heading``-level titles (the docs quote them for the shipped
     comparisons in ``results/``)."""
     hijack = hijack_tables(results["hijack"], heading) if results.get("hijack") else []
-    return "\n".join([*_table(results), "", *_accuracy_table(results, heading), *hijack,
+    verdict = [*(primary_table(results["primary"], heading) if results.get("primary") else []),
+               *(convergence_table(results["convergence"], heading) if results.get("convergence") else [])]
+    return "\n".join([*verdict, *_table(results), "", *_accuracy_table(results, heading), *hijack,
                       f"{heading} Final validation loss per seed", "", *_seed_table(results),
                       "", *_curve_table(results, heading), *_curve_table(results, heading, "val_accuracy_curve"),
                       *_diagnostics_tables(results, heading)]).rstrip("\n") + "\n"

@@ -125,7 +125,7 @@ class Attention(nn.Module):
         Returning the weights or attention dropout in training take the [T, T] path."""
         cfg = self.config
         return (self.magnitude is not None and cfg.magnitude == "prefix" and cfg.magnitude_solver == "lowrank"
-                and cfg.causal and cfg.kernel == "dot"
+                and not cfg.count_prior and cfg.causal and cfg.kernel == "dot"
                 and cfg.normalizer == "softmax" and cfg.mask_form == "additive" and cfg.backend == "auto"
                 and cfg.head_mix in ("concat", "moh"))
 
@@ -143,14 +143,20 @@ class Attention(nn.Module):
                                         block=block)
 
     def forward(self, x: torch.Tensor, rope: nn.Module | None = None, return_weights: bool = False,
-                kv: LayerKV | None = None):
+                kv: LayerKV | None = None, count_prior: torch.Tensor | None = None):
         """x [B, T, n_embd] -> [B, T, n_embd] (and the weights [B, n_head, T, S] when return_weights).
+
+        count_prior: -log c_ij [B, 1, T, T] of the sequence's token ids (attnlab.functional.count_prior), required
+        when config.count_prior (the GPT computes it once for all its layers) and ignored otherwise.
 
         kv: this layer's K/V cache (incremental decoding): x holds the T tokens after the kv.length cached ones;
         their keys and values are appended and the queries attend to all of them (causal variants without a
         magnitude gate; attnlab.nn.kv_cache)."""
         cfg = self.config
-        if kv is not None and (self.magnitude is not None or not cfg.causal):
+        if cfg.count_prior and count_prior is None:
+            raise ConfigError("attention.count_prior=true needs the token ids' count prior: pass count_prior="
+                              "count_log_prior(idx) (attnlab.GPT does)")
+        if kv is not None and (self.magnitude is not None or not cfg.causal or cfg.count_prior):
             raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate "
                               f"(this layer: causal={cfg.causal}, magnitude={cfg.magnitude!r})")
         offset = 0 if kv is None else kv.length
@@ -172,6 +178,10 @@ class Attention(nn.Module):
                 value_gate = g  # o_i = sum_j p_ij g_ij v_j
             else:
                 v = v * g.unsqueeze(-1)  # Attn(Q, K, Gate o V)   (seed 000, step 3)
+        if cfg.count_prior:  # softmax(z_ij - log c_ij), added to a magnitude prior where there is one
+            count = count_prior.to(v.dtype)
+            logit_prior = count if logit_prior is None else (
+                (logit_prior.unsqueeze(-2) if logit_prior.dim() == 3 else logit_prior) + count)
         if rope is not None:
             q, k = rope(q, offset), rope(k, 0 if latent_cache else offset)
         scale = cfg.scale

@@ -13,6 +13,7 @@ Accuracy is exact match per answer position (argmax == target), averaged over th
 ``selective-copy`` copy the symbols scattered among blanks (MAD, arXiv:2403.17844)
 ``noisy-recall``   recall in a stream of pairs with noise tokens between them (MAD, arXiv:2403.17844)
 ``hijack``         recall a marked binding against m unmarked copies of its key (seed 000, docs/sources.md#seed-000)
+``hijack-v2``      the same with unmarked bindings in training, exact or near-synonym clusters, distinct filler
 =================  ==========================================================================================
 
 Pure numpy; imports only :mod:`attnlab.errors`.
@@ -26,9 +27,10 @@ from ..errors import unknown_name
 from .base import IGNORE, Task
 from .copying import Induction, SelectiveCopy
 from .hijack import Hijack
+from .hijack_v2 import HijackV2
 from .recall import MQAR, NoisyRecall
 
-TASKS: dict[str, type] = {cls.name: cls for cls in (MQAR, Induction, SelectiveCopy, NoisyRecall, Hijack)}
+TASKS: dict[str, type] = {cls.name: cls for cls in (MQAR, Induction, SelectiveCopy, NoisyRecall, Hijack, HijackV2)}
 """The registry: task name -> task class, in a stable order."""
 
 
@@ -54,4 +56,4 @@ def get_task(name: str, params: dict | None = None) -> Task:
 
 
 __all__ = ["TASKS", "task_names", "get_task", "Task", "IGNORE", "MQAR", "Induction", "SelectiveCopy",
-           "NoisyRecall", "Hijack"]
+           "NoisyRecall", "Hijack", "HijackV2"]

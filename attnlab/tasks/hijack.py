@@ -201,6 +201,11 @@ class Hijack(Task):
         """The same task with every sequence at cluster size m (for evaluating one m of a sweep)."""
         return self.replace(m=m, m_max=None)
 
+    def sweep(self, ms=None) -> dict[str, "Hijack"]:
+        """{"m<m>": the task at m} for each m of ``ms`` (default :data:`SWEEP_M`) that the capacity allows: the
+        cells the hijack sweep evaluates (attnlab.train.hooks.HijackSweepHook)."""
+        return {f"m{m}": self.at_m(m) for m in (SWEEP_M if ms is None else ms) if m <= self.capacity}
+
     def token_name(self, token: int) -> str:
         if token < 3:
             return "_*?"[token]

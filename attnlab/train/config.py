@@ -10,16 +10,69 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
+import re
 import time
 from dataclasses import dataclass, field
 
 from ..config import GPTConfig
 from ..data import DataConfig
-from ..errors import ConfigError, check_choice, check_number, strict_fields
+from ..errors import ConfigError, check_choice, check_number, closest, strict_fields
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 WANDB_MODES = ("offline", "online", "disabled")
 DTYPES = ("float32", "bfloat16", "float16")
+
+STOP_METRICS = {"val_loss": (0.0, math.inf), "val_accuracy": (0.0, 1.0)}
+"""The metrics a stop rule may name, each with the range its threshold must lie in (closed)."""
+STOP_OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
+_STOP_RULE = re.compile(r"^\s*([A-Za-z_][\w/]*)\s*(>=|<=|>|<)\s*(\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """A convergence threshold, parsed from ``train.stop_at`` ("METRIC OP NUMBER", e.g. ``"val_accuracy >= 0.99"``).
+
+    Checked at every evaluation (step 0 included); the run stops at the first evaluation where it holds, and that
+    step is the run's steps-to-threshold. ``train.max_steps`` is then the cap: a run that reaches it first without
+    meeting the rule is *censored* ("not converged").
+    """
+
+    metric: str
+    op: str
+    threshold: float
+
+    @classmethod
+    def parse(cls, text: str) -> "StopRule":
+        """The rule in ``text``; a one-line ConfigError for text that does not parse, an unknown metric or a
+        threshold outside the metric's range."""
+        allowed = ", ".join(STOP_METRICS)
+        match = _STOP_RULE.match(text) if isinstance(text, str) else None
+        if match is None:
+            raise ConfigError(f"train.stop_at={text!r} does not parse; write 'METRIC OP NUMBER' with METRIC one of "
+                              f"{allowed} and OP one of {', '.join(STOP_OPERATORS)}, e.g. 'val_accuracy >= 0.99'")
+        metric, op, number = match.groups()
+        if metric not in STOP_METRICS:
+            hint = closest(metric, STOP_METRICS)
+            raise ConfigError(f"train.stop_at={text!r} names the unknown metric {metric!r}"
+                              f"{f' (did you mean {hint!r}?)' if hint else ''}; allowed: {allowed}")
+        try:
+            threshold = float(number)
+        except ValueError:
+            raise ConfigError(f"train.stop_at={text!r}: the threshold {number!r} is not a number") from None
+        low, high = STOP_METRICS[metric]
+        if not (math.isfinite(threshold) and low <= threshold <= high):
+            raise ConfigError(f"train.stop_at={text!r}: the threshold {number} is outside {metric}'s range "
+                              f"[{low:g}, {high:g}]")
+        return cls(metric, op, threshold)
+
+    def met(self, values: dict) -> bool:
+        """Whether the rule holds for ``values`` ({metric: value}; a missing or non-finite value never does)."""
+        value = values.get(self.metric)
+        return value is not None and math.isfinite(value) and STOP_OPERATORS[self.op](value, self.threshold)
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.threshold:g}"
 
 
 @strict_fields
@@ -81,6 +134,11 @@ class TrainConfig:
     in RUN_DIR/wandb_id.txt so that a resumed run continues the same W&B run."""
     wandb_mode: str = "offline"
     """`"offline"` (written under RUN_DIR/wandb, no network; `wandb sync` uploads it later), `"online"` or `"disabled"`."""
+    stop_at: str | None = None
+    """A convergence threshold, `"METRIC OP NUMBER"` with METRIC `val_loss` or `val_accuracy` (e.g.
+    `"val_accuracy >= 0.99"`): checked at each evaluation, the run stops at the first one where it holds (its
+    steps-to-threshold, `threshold_step` in summary.json); `max_steps` is then the cap, and a run that reaches it
+    first is marked not converged. Unset: train to `max_steps`."""
     init_from: str | None = None
     """`"hf:DIR"`: start from a local Hugging Face GPT-2 directory (fine-tuning). The architecture is the
     checkpoint's (the run's `[model]` keeps only `attention`, `dropout` and a `block_size` up to the checkpoint's
@@ -116,12 +174,19 @@ class TrainConfig:
                                                and len(self.init_from) > 3):
             raise ConfigError(f"train.init_from={self.init_from!r} must be 'hf:DIR' (a local Hugging Face GPT-2 "
                               f"directory) or unset")
+        if self.stop_at is not None:
+            self.stop_rule  # noqa: B018 (parses: a bad rule is a one-line ConfigError here)
         if self.min_lr > self.lr:
             raise ConfigError(f"train.min_lr={self.min_lr!r} must be <= train.lr={self.lr!r}")
         if self.warmup_steps > self.max_steps:
             raise ConfigError(
                 f"train.warmup_steps={self.warmup_steps} must be <= train.max_steps={self.max_steps}"
             )
+
+    @property
+    def stop_rule(self) -> StopRule | None:
+        """``stop_at`` parsed (None when unset)."""
+        return None if self.stop_at is None else StopRule.parse(self.stop_at)
 
     def replace(self, **changes) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
@@ -184,4 +249,4 @@ class RunConfig:
         return from_dict(cls, data)
 
 
-__all__ = ["TrainConfig", "RunConfig", "DEVICES", "DTYPES"]
+__all__ = ["TrainConfig", "RunConfig", "StopRule", "STOP_METRICS", "DEVICES", "DTYPES"]

@@ -17,9 +17,10 @@ A hook writes keys under its own ``prefixes`` (they also go to TensorBoard as sc
 * :class:`RankHook` (seed 001; ``train.track_rank``): :func:`attnlab.analysis.rank.rank_metrics` at every
   evaluation, ``pseudo_rank/<m>/L<i>`` and ``participation_ratio/<m>/L<i>``.
 
-* :class:`HijackSweepHook` (seed 000; runs on ``data.source = "task:hijack"``): at every evaluation, for each m of
-  :data:`attnlab.tasks.hijack.SWEEP_M` the task allows, the accuracy at the hijack query and the attention mass of
-  the retrieval head on the unique binding and on the cluster, ``hijack/m<m>/<stat>``.
+* :class:`HijackSweepHook` (seed 000; runs on ``task:hijack`` and ``task:hijack-v2``): at every evaluation, for each
+  cell of the task's sweep (a cluster size m, and for hijack-v2 the cluster's kind), the accuracy at the hijack
+  query and the attention mass of the retrieval head on the unique binding and on the cluster,
+  ``hijack/<cell>/<stat>``.
 
 A study adds its own by passing ``hooks=[MyHook()]`` to :func:`attnlab.train.train`; they run after the defaults.
 """
@@ -32,7 +33,6 @@ from ..analysis.rank import rank_metrics
 from ..analysis.task_mass import attention_mass
 from ..data.task_source import task_name
 from ..tasks import get_task
-from ..tasks.hijack import SWEEP_M
 from ..nn.gates import magnitude_gates, magnitude_log, record_magnitude_stats
 from ..nn.heads import moh_log, moh_routers
 
@@ -91,34 +91,37 @@ class RankHook(TrainHook):
 
 
 class HijackSweepHook(TrainHook):
-    """Seed 000's hijacking measured during training: the task evaluated at each cluster size m alone.
+    """Seed 000's hijacking measured during training: the task evaluated at each cell of its sweep alone.
 
-    For each m of ``ms``, on ``n`` fixed sequences of ``task.at_m(m)`` (the same for every run, model and
-    evaluation: seed ``[seed, m]``), :func:`attnlab.analysis.task_mass.attention_mass` gives the accuracy at the
-    hijack query (role 3) and the mass of every layer and head on the unique binding and on the cluster's
-    bindings (key and value tokens). The *retrieval head* is the (layer, head) that puts the most mass on the
-    unique binding at the smallest m; its masses at every m are logged:
+    A cell is the task at one cluster size m (``task.sweep(ms)``: for ``hijack`` the m of ``ms`` its capacity
+    allows, labelled ``m<m>``; for ``hijack-v2`` also the cluster's kind, e.g. ``exact-m16``, ``synonym-m16``,
+    ``mediocre-m16``). For each cell, on ``n`` fixed sequences (the same for every run, model and evaluation:
+    seed ``[seed, m]``), :func:`attnlab.analysis.task_mass.attention_mass` gives the accuracy at the hijack query
+    (role 3) and the mass of every layer and head on the unique binding and on the cluster's bindings (key and
+    value tokens). The *retrieval head* is the (layer, head) that puts the most mass on the unique binding in the
+    first cell (the smallest m); its masses in every cell are logged:
 
-        hijack/m<m>/accuracy   exact match at the hijack query
-        hijack/m<m>/unique     retrieval head's mass on the unique binding
-        hijack/m<m>/cluster    retrieval head's mass on the m cluster bindings
+        hijack/<cell>/accuracy   exact match at the hijack query
+        hijack/<cell>/unique     retrieval head's mass on the unique binding
+        hijack/<cell>/cluster    retrieval head's mass on the m cluster bindings
     """
 
     prefixes = ("hijack/",)
 
-    def __init__(self, task, ms=SWEEP_M, n: int = 256, seed: int = 7):
+    def __init__(self, task, ms=None, n: int = 256, seed: int = 7):
         self.task, self.n, self.seed = task, n, seed
-        self.ms = [m for m in ms if m <= task.capacity]
+        self.cells = task.sweep(ms)
 
     def eval_stats(self, model: nn.Module) -> dict[str, float]:
-        masses = {m: attention_mass(model, self.task.at_m(m), n=self.n, seed=[self.seed, m]) for m in self.ms}
-        first = masses[self.ms[0]]["unique_binding"]
+        masses = {label: attention_mass(model, cell, n=self.n, seed=[self.seed, cell.m])
+                  for label, cell in self.cells.items()}
+        first = next(iter(masses.values()))["unique_binding"]
         layer, head = divmod(int(first.argmax()), first.shape[1])
         row = {}
-        for m, mass in masses.items():
-            row[f"hijack/m{m}/accuracy"] = mass["accuracy"]
-            row[f"hijack/m{m}/unique"] = float(mass["unique_binding"][layer, head])
-            row[f"hijack/m{m}/cluster"] = float(mass["cluster_binding"][layer, head])
+        for label, mass in masses.items():
+            row[f"hijack/{label}/accuracy"] = mass["accuracy"]
+            row[f"hijack/{label}/unique"] = float(mass["unique_binding"][layer, head])
+            row[f"hijack/{label}/cluster"] = float(mass["cluster_binding"][layer, head])
         return row
 
 
@@ -127,6 +130,6 @@ def default_hooks(cfg, model: nn.Module) -> list[TrainHook]:
     MoH hook when it has MoH routers, the rank hook when ``train.track_rank``, the hijack sweep on ``task:hijack``."""
     hooks: list[TrainHook] = [MagnitudeGateHook()] if magnitude_gates(model) else []
     hooks += [MoHHook()] if moh_routers(model) else []
-    if task_name(cfg.data.source) == "hijack":
-        hooks.append(HijackSweepHook(get_task("hijack", cfg.data.task or {})))
+    if task_name(cfg.data.source) in ("hijack", "hijack-v2"):
+        hooks.append(HijackSweepHook(get_task(task_name(cfg.data.source), cfg.data.task or {})))
     return hooks + ([RankHook()] if cfg.train.track_rank else [])

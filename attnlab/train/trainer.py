@@ -45,6 +45,12 @@ On CPU the same config gives bit-identical losses. A checkpoint stores everythin
 (weights, optimizer and grad-scaler state, batch-generator and RNG states, step, tokens, best val loss), so a
 resumed run continues bit-for-bit as if it had never stopped.
 
+Convergence: with train.stop_at (e.g. "val_accuracy >= 0.99", :class:`~attnlab.train.config.StopRule`) the run
+stops at the first evaluation that meets the rule, with status "finished"; summary.json gives that step as
+threshold_step (the steps-to-threshold) and converged = true. A run that reaches train.max_steps first is finished
+with converged = false: its levels are those of a run that had not reached the threshold. The learning-rate
+schedule is the one of train.max_steps either way, so a rule never changes the steps before it is met.
+
 Stopping: the first Ctrl-C (SIGINT) or SIGTERM asks the loop to stop at the end of the current step; it then
 saves a checkpoint and returns with status "interrupted". A second one raises KeyboardInterrupt at once; a
 KeyboardInterrupt that lands in the middle of a step rolls the step back (batch generator and RNG restored,
@@ -389,6 +395,7 @@ class _Trainer:
         self.saved_step = None  # the step of the checkpoint on disk
         self.best_val = self.last_val = self.last_acc = self.last_eval_step = None
         self.first_val, self.bad_evals = None, 0  # the divergence guard (_watch_divergence)
+        self.stop_rule, self.threshold_step = tc.stop_rule, None  # train.stop_at and the step it was first met
         self.last_stats = {}
         self.elapsed_before = 0.0
         self.session_start = time.perf_counter()
@@ -421,6 +428,7 @@ class _Trainer:
         self.last_acc = state.get("last_val_accuracy")
         self.last_eval_step = state.get("last_eval_step")
         self.first_val = state.get("first_val_loss")
+        self.threshold_step = state.get("threshold_step")
         self.last_stats = state.get("last_stats") or {}
         self.elapsed_before = float(state.get("elapsed_s", 0.0))
 
@@ -625,6 +633,9 @@ class _Trainer:
             if math.isfinite(val) and (self.best_val is None or val < self.best_val):
                 self.best_val = val
             self._watch_divergence(val)
+            if self.stop_rule and self.threshold_step is None and self.stop_rule.met(
+                    {"val_loss": val, "val_accuracy": self.last_acc}):
+                self.threshold_step = k
         if self._row_due(k) or val is not None:
             self._log_row(k, stats, val)
         if self._checkpoint_due(k) and self.saved_step != k and not self.bad_evals:  # no checkpoint of a bad state
@@ -698,6 +709,7 @@ class _Trainer:
                 "last_val_accuracy": self.last_acc,
                 "last_eval_step": self.last_eval_step,
                 "first_val_loss": self.first_val,
+                "threshold_step": self.threshold_step,
                 "last_stats": self.last_stats,
                 "elapsed_s": self._elapsed(),
             }
@@ -714,7 +726,7 @@ class _Trainer:
         status = "finished"
         try:
             self._catch_up()
-            while self.step < self.tc.max_steps and not self._should_stop():
+            while self.step < self.tc.max_steps and self.threshold_step is None and not self._should_stop():
                 stats = self._train_step()
                 self._bookkeeping(self.step, stats)
                 bar.update(1)
@@ -723,7 +735,7 @@ class _Trainer:
                     bar.set_postfix(loss=f"{stats['train_loss']:.4f}", tok_s=f"{tok_s:.0f}", refresh=False)
                 if after_step is not None:
                     after_step(self.step)
-            if self.step < self.tc.max_steps:
+            if self.step < self.tc.max_steps and self.threshold_step is None:
                 status = "interrupted"
         except KeyboardInterrupt:
             status = "interrupted"
@@ -779,7 +791,10 @@ class _Trainer:
     def _summary(self, status: str, **extra) -> dict:
         """The summary dict, written (with loss.png) to the run directory by rank 0.
 
-        status "finished" | "interrupted" | "diverged"; steps (completed optimizer steps); final_val_loss (the
+        status "finished" | "interrupted" | "diverged"; steps (completed optimizer steps); stop_at (train.stop_at,
+        normalised), threshold_step (the first evaluated step that met it: the steps-to-threshold; None if not met)
+        and converged (whether it was met; None without a stop_at; a finished run with converged false hit the cap
+        train.max_steps below the threshold); final_val_loss (the
         latest validation, at step final_val_step) and best_val_loss; final_train_loss (of the last step);
         tokens_seen; wall_time_s (from model construction to now, summed over resumed sessions); n_params (all,
         tied counted once) and n_params_non_embedding; flops_per_token (flops.flops_per_token plus the
@@ -804,6 +819,9 @@ class _Trainer:
             "final_val_accuracy": self.last_acc,
             "final_val_step": self.last_eval_step,
             "best_val_loss": self.best_val,
+            "stop_at": None if self.stop_rule is None else str(self.stop_rule),
+            "threshold_step": self.threshold_step,
+            "converged": None if self.stop_rule is None else self.threshold_step is not None,
             "final_train_loss": self.last_stats.get("train_loss"),
             "tokens_seen": self.tokens,
             "wall_time_s": self._elapsed(),

@@ -1,0 +1,355 @@
+"""The prose numbers on the capability and head-recombination pages, and in the README's capability headline, that
+say what the raw logs under results/ say about convergence, test power and multiple comparisons.
+
+Each test reads the page and the results independently: it recomputes a number from results/<name>/results.json or
+from the runs' metrics.jsonl, formats it to the page's precision and asserts that the formatted text stands on the
+page. Where the prose states a direction (still falling, below, above, none significant), the test checks the
+direction in the logs as well, so a page that says more than the logs fails.
+"""
+
+import json
+import math
+import statistics
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+MS = ("4", "16", "64")
+MIXED = ("hijack-mixed-1", "hijack-mixed-2", "hijack-mixed-3")
+
+
+def _flat(path: Path) -> str:
+    """A page's text with every run of whitespace made one space, so that line breaks do not matter."""
+    return " ".join(path.read_text().split())
+
+
+CAPABILITY = _flat(ROOT / "docs" / "studies" / "capability.md")
+HEADS = _flat(ROOT / "docs" / "heads.md")
+README = _flat(ROOT / "README.md")
+
+
+def _results(name: str) -> dict:
+    return json.loads((RESULTS / name / "results.json").read_text())
+
+
+def _evals(name: str, variant: str, seed: int) -> dict[int, dict]:
+    """{step: row} of one run's evaluation rows (those with a validation loss)."""
+    rows = [json.loads(line) for line in (RESULTS / name / variant / f"seed{seed}" / "metrics.jsonl").read_text().splitlines()
+            if line.strip()]
+    return {r["step"]: r for r in rows if r.get("val_loss") is not None}
+
+
+def _seeds(name: str, variant: str) -> list[int]:
+    return sorted(int(p.name[4:]) for p in (RESULTS / name / variant).glob("seed*"))
+
+
+def _last(name: str, variant: str, seed: int) -> dict:
+    evals = _evals(name, variant, seed)
+    return evals[max(evals)]
+
+
+def _mean_at(name: str, variant: str, step: int, key: str) -> float:
+    return statistics.mean(_evals(name, variant, s)[step][key] for s in _seeds(name, variant))
+
+
+def _sweep(name: str, variant: str, m: str) -> list[float]:
+    """The hijack-query accuracy at cluster size m, in %, of each seed at its last evaluation."""
+    return [100 * _last(name, variant, s)[f"hijack/m{m}/accuracy"] for s in _seeds(name, variant)]
+
+
+def _sweep_mean(name: str, variant: str, m: str) -> float:
+    return statistics.mean(_sweep(name, variant, m))
+
+
+def _hijack_p(name: str) -> dict[tuple[str, str], float]:
+    """{(variant, m): Welch p against the baseline} at m = 4, 16, 64, from the part's results.json."""
+    h = _results(name)["hijack"]
+    return {(v["variant"], m): v["m"][m]["welch"]["p"] for v in h["variants"] if v["variant"] != h["baseline"]
+            for m in MS}
+
+
+def _holm(ps: list[float], alpha: float = 0.05) -> int:
+    """How many of the hypotheses Holm's step-down procedure rejects at family-wise level alpha."""
+    n = len(ps)
+    for rank, p in enumerate(sorted(ps)):
+        if p > alpha / (n - rank):
+            return rank
+    return n
+
+
+def _best_seed(name: str, variant: str = "standard") -> int:
+    """The seed with the lowest final validation loss."""
+    return min(_seeds(name, variant), key=lambda s: _last(name, variant, s)["val_loss"])
+
+
+# ------------------------------------------------------------------------------------- hijack trained with clusters
+
+
+def test_budgets_and_seeds_of_the_page():
+    """The limits box: every comparison with a table on the page ran 500 or 1000 steps with 3 seeds, but for the
+    fixed-m check's one seed."""
+    import re
+
+    page = (ROOT / "docs" / "studies" / "capability.md").read_text()
+    names = set(re.findall(r"<!-- RESULTS:([\w-]+):BEGIN", page)) | set(re.findall(r"HIJACK-PROTOCOL:([\w-]+):", page))
+    settings = {name: _results(name)["settings"] for name in names}
+    steps = sorted({s["max_steps"] for s in settings.values()})
+    seeds = {name: len(s["seeds"]) for name, s in settings.items()}
+    assert {n for n, k in seeds.items() if k != 3} == {"hijack-fixed"} and seeds["hijack-fixed"] == 1
+    assert f"ran a fixed budget ({steps[0]} or {steps[1]} steps) with 3 seeds (the fixed-m check: one)" in CAPABILITY
+
+
+def test_mixed_standard_had_not_converged():
+    """The limits box, part 1 and part 2 of the mixed protocol: standard's loss still falling, seed 0's curve at
+    m = 4, the one seed near convergence and what it keeps; the prefix logit prior's loss and early accuracy."""
+    name = "hijack-mixed-1"
+    at375, at500 = (_mean_at(name, "standard", step, "val_loss") for step in (375, 500))
+    prior = _mean_at("hijack-mixed-2", "magnitude-prefix-logits", 500, "val_loss")
+    assert at500 < at375
+    assert f"its mean validation loss went from {at375:.4f} at step 375 to {at500:.4f} at step 500 ({prior:.4f} for " \
+           "the prefix logit prior)" in CAPABILITY
+    assert f"(validation loss {at500:.4f} against {prior:.4f})" in CAPABILITY
+
+    seed0 = [100 * _evals(name, "standard", 0)[step]["hijack/m4/accuracy"] for step in (250, 375, 500)]
+    assert seed0 == sorted(seed0) and seed0[0] < seed0[-1]
+    curve = f"{seed0[0]:.1f}%, {seed0[1]:.1f}% and {seed0[2]:.1f}%"
+    assert f"its seed 0, at m = 4, answered the hijack query {curve} of the time at steps 250, 375 and 500" \
+           in CAPABILITY
+    assert f"seed 0 answered {curve} at m = 4 at steps 250, 375 and 500" in CAPABILITY
+
+    best = _best_seed(name)
+    finals = {s: _last(name, "standard", s)["val_loss"] for s in _seeds(name, "standard")}
+    assert sum(loss < 0.1 for loss in finals.values()) == 1, "one seed, and only one, came close to converging"
+    kept = [100 * _last(name, "standard", best)[f"hijack/m{m}/accuracy"] for m in MS]
+    three = f"{kept[0]:.1f}%, {kept[1]:.1f}% and {kept[2]:.1f}%"
+    assert f"(seed {best}, validation loss {finals[best]:.4f}) keeps {three} at m = 4, 16 and 64" in CAPABILITY
+    assert f"seed {best}, the one seed that came close to converging (validation loss {finals[best]:.4f}), " \
+           f"keeps {three} at m = 4, 16, 64" in CAPABILITY
+    assert f"seed {best}, the one that came close to converging, keeps {three}" in CAPABILITY
+    assert f"seed that came close to converging keeps {kept[0]:.1f}%, {kept[1]:.1f}%, {kept[2]:.1f}%" in CAPABILITY
+    assert f"and {kept[2]:.0f}-{kept[0]:.0f}% in its one seed that came close" in CAPABILITY
+    assert f"({kept[0]:.0f}% / {kept[2]:.0f}% in its one seed near convergence)" in README
+
+    prior_125 = 100 * _mean_at("hijack-mixed-2", "magnitude-prefix-logits", 125, "val_accuracy")
+    standard_125 = 100 * _mean_at(name, "standard", 125, "val_accuracy")
+    assert f"it is at {prior_125:.2f}% validation accuracy at step 125, where `standard` is at " \
+           f"{standard_125:.2f}%" in CAPABILITY
+
+
+def test_mixed_part_3_baseline_had_not_converged():
+    name = "hijack-mixed-3"
+    assert _mean_at(name, "standard", 500, "val_loss") < _mean_at(name, "standard", 375, "val_loss")
+    best = _best_seed(name)
+    loss = _last(name, "standard", best)["val_loss"]
+    assert sum(_last(name, "standard", s)["val_loss"] < 0.1 for s in _seeds(name, "standard")) == 1
+    kept = [100 * _last(name, "standard", best)[f"hijack/m{m}/accuracy"] for m in MS]
+    assert f"(validation loss {_mean_at(name, 'standard', 500, 'val_loss'):.4f} at step 500); the one `standard` " \
+           f"seed that came close (seed {best}, {loss:.4f}) keeps {kept[0]:.1f}%, {kept[1]:.1f}% and " \
+           f"{kept[2]:.1f}%" in CAPABILITY
+
+
+def test_mixed_p_values_are_the_runs_and_none_survives_holm():
+    """Every Welch p of the mixed parts (results.json) is recomputed from the seeds' sweeps in metrics.jsonl, and
+    the count of cells, of cells below 0.05 and of cells that survive Holm within each part are what the pages say."""
+    from scipy import stats
+
+    counts, below, survive = [], 0, 0
+    for name in MIXED:
+        ps = _hijack_p(name)
+        for (variant, m), p in ps.items():
+            with warnings.catch_warnings():  # a variant at 100.0% in every seed: scipy warns, the p is right
+                warnings.simplefilter("ignore", RuntimeWarning)
+                ours = stats.ttest_ind(_sweep(name, variant, m), _sweep(name, "standard", m), equal_var=False).pvalue
+            assert ours == pytest.approx(p, rel=1e-6), (name, variant, m)
+        counts.append(len(ps))
+        below += sum(p < 0.05 for p in ps.values())
+        survive += _holm(list(ps.values()))
+    assert below == 0 and survive == 0, "the pages say that no mixed-protocol cell is significant"
+    assert f"Of the {sum(counts)} comparisons with `standard` at m = 4, 16 and 64 ({counts[0]}, {counts[1]} and " \
+           f"{counts[2]} in parts 1, 2 and 3), none has p < 0.05 even before correction, so none survives a Holm " \
+           "correction within its part at 0.05" in CAPABILITY
+    assert "No cell trained with clusters has p < 0.05, before or after a Holm correction" in CAPABILITY
+    assert "No cell here differs from its part's `standard` at p < 0.05, before or after a Holm correction" \
+           in CAPABILITY
+    assert "significant in no cell" in README and "none survives a Holm correction" in README
+
+
+def test_smallest_gap_three_seeds_can_detect():
+    """With n = 3 a side, Welch's p reaches 0.05 at a gap of t(0.975, df) times the standard error: df = 4 when both
+    sides share the spread s (se = s sqrt(2/3)), df = 2 when the other side has none (se = s / sqrt(3))."""
+    from scipy import stats
+
+    equal = stats.t.ppf(0.975, 4) * math.sqrt(2 / 3)
+    lone = stats.t.ppf(0.975, 2) / math.sqrt(3)
+    assert f"differ by about {equal:.1f}-{lone:.1f} times the seeds' standard deviation" in CAPABILITY
+    for name, page, text in (
+            ("hijack-mixed-1", CAPABILITY, "standard deviation of {lo:.1f}-{hi:.1f} points at m = 4, 16 and 64, so a "
+                                           "gap smaller than about {glo:.0f}-{ghi:.0f} points cannot show"),
+            ("heads-hijack", HEADS, "standard deviation of {lo:.1f}-{hi:.1f} points, only a gap of about "
+                                    "{glo:.0f}-{ghi:.0f} points could reach p < 0.05")):
+        std = [statistics.stdev(_sweep(name, "standard", m)) for m in MS]
+        lo, hi = min(std), max(std)
+        assert text.format(lo=lo, hi=hi, glo=lo * equal, ghi=hi * lone) in page, name
+
+
+def test_mixed_cells_against_standard():
+    """Which mixed-protocol cells are above or below standard, as the verdict and part 2 state them."""
+    s = {m: _sweep_mean("hijack-mixed-1", "standard", m) for m in MS}
+    assert s == {m: _sweep_mean("hijack-mixed-2", "standard", m) for m in MS}, "part 2 reuses part 1's standard runs"
+    below = [("hijack-mixed-1", "magnitude-causal"), ("hijack-mixed-1", "magnitude-prefix"),
+             ("hijack-mixed-2", "magnitude-causal-linear")]
+    cells = [_sweep_mean(name, v, m) for name, v in below for m in MS]
+    assert all(_sweep_mean(name, v, m) < s[m] for name, v in below for m in MS)
+    assert f"stay below it at every m ({min(cells):.1f}-{max(cells):.1f}%)" in CAPABILITY
+
+    pl = {m: _sweep_mean("hijack-mixed-2", "magnitude-prefix-linear", m) for m in MS}
+    assert pl["4"] > s["4"] and pl["16"] > s["16"] and pl["64"] < s["64"]
+    assert f"the prefix linear gate is above it at m = 4 and 16 ({pl['4']:.1f}% and {pl['16']:.1f}% against " \
+           f"{s['4']:.1f}% and {s['16']:.1f}%) and below it at m = 64 ({pl['64']:.1f}% against {s['64']:.1f}%)" \
+           in CAPABILITY
+
+    cl = {m: _sweep_mean("hijack-mixed-2", "magnitude-causal-logits", m) for m in MS}
+    assert cl["4"] < s["4"] and cl["16"] > s["16"] and cl["64"] > s["64"]
+    assert f"is below standard at m = 4 ({cl['4']:.1f}% against {s['4']:.1f}%) and above it at m = 16 and 64 " \
+           f"({cl['16']:.1f}% and {cl['64']:.1f}% against {s['16']:.1f}% and {s['64']:.1f}%)" in CAPABILITY
+
+    p = _hijack_p("hijack-mixed-2")
+    assert min(p[("magnitude-causal-logits", m)] for m in MS) > 0.8
+    assert f"({cl['4']:.1f}%, {cl['16']:.1f}%, {cl['64']:.1f}% against {s['4']:.1f}%, {s['16']:.1f}%, " \
+           f"{s['64']:.1f}%; p > 0.8): below it at m = 4, above it at m = 16 and 64" in CAPABILITY
+    span = [p[("magnitude-prefix-linear", m)] for m in MS]
+    assert f"below it at m = 64 (p {min(span):.2f}-{max(span):.2f};" in CAPABILITY
+    span = [p[("magnitude-causal-linear", m)] for m in MS]
+    assert all(_sweep_mean("hijack-mixed-2", "magnitude-causal-linear", m) < s[m] for m in MS)
+    assert f"below standard in every cell (p {min(span):.2f}-{max(span):.2f})" in CAPABILITY
+    worst = min(_seeds("hijack-mixed-2", "magnitude-prefix-linear"),
+                key=lambda k: _last("hijack-mixed-2", "magnitude-prefix-linear", k)["val_accuracy"])
+    run = _evals("hijack-mixed-2", "magnitude-prefix-linear", worst)
+    assert run[500]["val_loss"] < run[375]["val_loss"], "its loss still falling"
+
+    gates = [("hijack-mixed-1", "magnitude-causal"), ("hijack-mixed-1", "magnitude-prefix"),
+             ("hijack-mixed-2", "magnitude-causal-linear"), ("hijack-mixed-2", "magnitude-prefix-linear"),
+             ("hijack-mixed-3", "magnitude-causal-lowrank")]
+    at64 = [_sweep_mean(name, v, "64") for name, v in gates]
+    assert max(at64) < s["64"]
+    assert f"the value gates no better ({min(at64):.1f}-{max(at64):.1f}% at m = 64)" in README
+
+
+def test_no_cluster_verdict_holm():
+    """Trained without clusters (hijack-2): the cells below 0.05 and those that survive Holm over the part's cells."""
+    ps = _hijack_p("hijack-2")
+    ours = [ps[(v, m)] for v in ("magnitude-causal-linear", "magnitude-prefix-linear", "magnitude-prefix-logits")
+            for m in MS]
+    cut = sorted(ps.values())[:_holm(list(ps.values()))]
+    kept = sum(p in cut for p in ours)
+    assert f"p < 0.05 in {sum(p < 0.05 for p in ours)} of their {len(ours)} cells, {kept} of them after a Holm " \
+           f"correction over part 2's {len(ps)} cells" in CAPABILITY
+    settings = _results("hijack-2")["settings"]["data"]["task"]
+    assert settings["neutral"] is False and settings["m"] == 0 and "m_max" not in settings
+    assert "With no unmarked binding in training, the answer under a cluster is not defined by the training " \
+           "distribution, so this test measures out-of-distribution behaviour" in CAPABILITY
+
+
+def test_fixed_m_check_moves():
+    """The largest change between training at m = 4 and training with m drawn from 0..8 (seed 0, m = 4, 16, 64,
+    every variant but the prefix logit prior), and the seed ranges it is compared with."""
+    mixed = {v.name: name for name in MIXED[:2] for v in (RESULTS / name).iterdir() if v.is_dir()}
+    moves = [abs(100 * _last("hijack-fixed", v, 0)[f"hijack/m{m}/accuracy"]
+                 - 100 * _last(mixed[v], v, 0)[f"hijack/m{m}/accuracy"])
+             for v in mixed if v != "magnitude-prefix-logits" for m in MS]
+    assert f"move by up to {max(moves):.1f} points with the protocol" in CAPABILITY
+    standard = _sweep("hijack-mixed-1", "standard", "64")
+    gate = _sweep("hijack-mixed-2", "magnitude-prefix-linear", "64")
+    assert f"(at m = 64: `standard` {min(standard):.1f}-{max(standard):.1f}%, `magnitude-prefix-linear` " \
+           f"{min(gate):.1f}-{max(gate):.1f}%)" in CAPABILITY
+
+
+# ------------------------------------------------------------------------------------------------------ noisy recall
+
+
+def _acc(name: str, variant: str, step: int) -> float:
+    return 100 * _mean_at(name, variant, step, "val_accuracy")
+
+
+def test_noisy_recall_value_gates_were_still_learning():
+    n1, n2, n3 = "recall-noisy-recall-1", "recall-noisy-recall-2", "recall-noisy-recall-3"
+    curves = {}
+    for name, v in ((n1, "magnitude-causal"), (n1, "magnitude-causal-linear")):
+        curves[v] = [_acc(name, v, step) for step in (500, 750, 1000)]
+        assert curves[v] == sorted(curves[v]), v
+        loss = [_mean_at(name, v, step, "val_loss") for step in (500, 750, 1000)]
+        assert loss == sorted(loss, reverse=True), v
+    c, lin = curves["magnitude-causal"], curves["magnitude-causal-linear"]
+    assert f"{c[0]:.2f}%, {c[1]:.2f}%, {c[2]:.2f}% (causal) and {lin[0]:.2f}%, {lin[1]:.2f}%, {lin[2]:.2f}% " \
+           "(linear) at steps 500, 750 and 1000" in CAPABILITY
+    assert f"({c[0]:.2f}%, {c[1]:.2f}%, {c[2]:.2f}% at steps 500, 750 and 1000 for `magnitude-causal`)" in CAPABILITY
+
+    seeds = _seeds(n1, "magnitude-prefix")
+    crossed = [s for s in seeds if _last(n1, "magnitude-prefix", s)["val_accuracy"] > 0.5]
+    assert len(crossed) == 1
+    run = _evals(n1, "magnitude-prefix", crossed[0])
+    others = [100 * _last(n1, "magnitude-prefix", s)["val_accuracy"] for s in seeds if s not in crossed]
+    assert f"({100 * run[750]['val_accuracy']:.2f}% at step 750, {100 * run[1000]['val_accuracy']:.2f}% at step " \
+           f"1000; {others[0]:.2f}% and {others[1]:.2f}% in the others)" in CAPABILITY
+    assert f"the `magnitude-prefix` seed that crossed sat at {100 * run[750]['val_accuracy']:.2f}% at step 750" \
+           in CAPABILITY
+    late = [100 * _evals(n1, "standard", s)[250]["val_accuracy"] for s in _seeds(n1, "standard")]
+    late = [a for a in late if a < 50]
+    assert len(late) == 2 and all(_last(n1, "standard", s)["val_accuracy"] == 1.0 for s in _seeds(n1, "standard"))
+    assert f"`standard` itself sat at {late[0]:.2f}% and {late[1]:.2f}% at step 250 in two seeds" in CAPABILITY
+
+    early = [_acc(n2, v, 500) for v in ("magnitude-prefix-linear", "magnitude-prefix-logits")]
+    assert all(_acc(n2, v, 1000) > _acc(n2, v, 750) > _acc(n2, v, 500)
+               for v in ("magnitude-prefix-linear", "magnitude-prefix-logits"))
+    assert f"still rising ({early[0]:.2f}% and {early[1]:.2f}% at step 500)" in CAPABILITY
+
+    v = "magnitude-causal-lowrank"
+    flat = sum(abs(_evals(n3, v, s)[1000]["val_accuracy"] - _evals(n3, v, s)[750]["val_accuracy"]) < 0.01
+               for s in _seeds(n3, v))
+    assert flat == len(_seeds(n3, v)) == 3
+    assert f"({_acc(n3, v, 500):.2f}% and {_acc(n3, v, 750):.2f}% at steps 500 and 750; each of its three seeds " \
+           "moved by less than 1 point over the last 250 steps)" in CAPABILITY
+
+    finals = {v: _acc(name, v, 1000) for name, v in ((n1, "magnitude-causal"), (n1, "magnitude-causal-linear"),
+                                                      (n2, "magnitude-prefix-linear"), (n3, "magnitude-causal-lowrank"))}
+    assert f"end at {math.floor(min(finals.values()))}-{math.ceil(max(finals.values()))}% (" + ", ".join(
+        f"`{v}` {a:.2f}%" for v, a in finals.items()) + ";" in CAPABILITY
+
+
+# ------------------------------------------------------------------------------------------------------- induction
+
+
+def test_induction_prose_separates_random_init_qk():
+    from attnlab import variant_info
+
+    finals = {v["variant"]: 100 * v["final_val_accuracy"]["mean"]
+              for name in ("recall-induction", "recall-induction-2") for v in _results(name)["variants"]}
+    random_init = [a for v, a in finals.items() if variant_info(v).config.q_mode == "projected"
+                   and variant_info(v).config.k_mode == "projected"]
+    low, high = min(random_init), max(random_init)
+    span = f"{low:.2f}-{high:g}%"
+    assert f"randomly initialised Q/K reaches {span}" in README
+    assert f"the magnitude forms included ({span})" in CAPABILITY
+    ident, resid = finals["identity-qk"], finals["residual-qk"]
+    assert max(ident, resid) < 10
+    assert variant_info("identity-qk").config.q_mode != "identity", "identity-qk trains its Q and K"
+    assert f"(`identity-qk` {ident:.2f}%, `residual-qk` {resid:.2f}%)" in README
+    assert f"`identity-qk` {ident:.2f}% and `residual-qk` {resid:.2f}% (both train their Q and K)" in CAPABILITY
+
+
+# ------------------------------------------------------------------------------------------------------ heads page
+
+
+def test_heads_hijack_runs_were_still_learning():
+    name = "heads-hijack"
+    moh = [_mean_at(name, "moh", step, "val_loss") for step in (375, 500)]
+    seed0 = [_evals(name, "moh", 0)[step]["val_loss"] for step in (375, 500)]
+    standard = [_mean_at(name, "standard", step, "val_loss") for step in (375, 500)]
+    assert moh[1] < moh[0] and seed0[1] < seed0[0] and standard[1] < standard[0]
+    assert f"({moh[0]:.4f} at step 375, {moh[1]:.4f} at step 500; seed 0 from {seed0[0]:.4f} to {seed0[1]:.4f})" \
+           in HEADS
+    assert f"(validation loss {standard[0]:.4f} at step 375, {standard[1]:.4f} at step 500)" in HEADS
+    assert all(p > 0.05 for p in _hijack_p(name).values())

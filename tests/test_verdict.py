@@ -1,0 +1,134 @@
+"""The verdict of a comparison (attnlab.experiments.verdict, in the report): steps-to-threshold with censored runs,
+the primary metric's paired tests, bootstrap CIs and Holm's adjustment, checked against scipy and statsmodels on
+planted run directories."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.stats
+from statsmodels.stats.multitest import multipletests
+
+from attnlab.configio import save_toml
+from attnlab.errors import ConfigError
+from attnlab.experiments.compare import check_or_write_spec, spec_dict
+from attnlab.experiments.report import read_results, write_report
+from attnlab.experiments.verdict import check_primary
+from attnlab.presets import load_preset
+from attnlab.rundir import comparison_run_dir as run_dir
+
+CAP = 1000
+VARIANTS = ["standard", "count-prior", "qk-norm"]
+SEEDS = [0, 1, 2, 3, 4]
+# steps to threshold per seed; None: hit the cap without converging
+STEPS = {"standard": [400, 550, None, 700, None], "count-prior": [200, 250, 300, 250, 350],
+         "qk-norm": [None, None, None, 900, 600]}
+ACC = {"standard": [0.62, 0.70, 0.55, 0.81, 0.60], "count-prior": [0.95, 0.97, 0.91, 0.99, 0.93],
+       "qk-norm": [0.66, 0.69, 0.58, 0.80, 0.67]}
+METRIC = "hijack/synonym-m32/accuracy"
+
+
+def plant(out: Path, primary: str | None = METRIC) -> None:
+    base = load_preset("tiny").replace(train=load_preset("tiny").train.replace(max_steps=CAP,
+                                                                                stop_at="val_accuracy >= 0.99"))
+    check_or_write_spec(out, spec_dict(base, VARIANTS, SEEDS, primary))
+    for v in VARIANTS:
+        for i, seed in enumerate(SEEDS):
+            path = run_dir(out, v, seed)
+            path.mkdir(parents=True)
+            save_toml(base.replace(model=base.model.replace(attention=v), train=base.train.replace(seed=seed)),
+                      path / "config.toml")
+            reached = STEPS[v][i]
+            last = reached or CAP
+            rows = [{"step": s, "tokens": s * 64, "train_loss": 1.0, "val_loss": 1.0 - s / 2000,
+                     "val_accuracy": 0.5 + s / 4000, METRIC: 0.5} for s in range(0, last, 100)]
+            rows.append({"step": last, "tokens": last * 64, "train_loss": 0.5, "val_loss": 0.4,
+                         "val_accuracy": 0.99 if reached else 0.9, METRIC: ACC[v][i]})
+            (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (path / "summary.json").write_text(json.dumps({
+                "status": "finished", "steps": last, "max_steps": CAP, "final_val_loss": 0.4,
+                "final_val_accuracy": 0.99 if reached else 0.9, "stop_at": "val_accuracy >= 0.99",
+                "threshold_step": reached, "converged": reached is not None, "tokens_per_s": 1000.0,
+                "n_params": 100, "variant": v, "seed": seed}))
+
+
+def _censored(steps):
+    return scipy.stats.CensoredData(uncensored=[s for s in steps if s is not None],
+                                    right=[CAP for s in steps if s is None])
+
+
+def test_steps_to_threshold_per_seed_median_and_logrank(tmp_path):
+    plant(tmp_path)
+    results, _ = read_results(tmp_path)
+    conv = {row["variant"]: row for row in results["convergence"]["variants"]}
+    assert results["convergence"]["stop_at"] == "val_accuracy >= 0.99"
+    # count-prior: nothing censored, so the Kaplan-Meier median is the lower median of the five steps
+    assert conv["count-prior"]["median"] == sorted(STEPS["count-prior"])[2] == 250
+    assert conv["count-prior"]["n_converged"] == 5
+    # standard: 400, 550, 700 reached, two censored at 1000: S drops to 4/5, 3/5, then 2/5 at 700
+    assert conv["standard"]["median"] == 700 and conv["standard"]["n_converged"] == 3
+    # qk-norm: 3 of 5 censored: S never reaches 1/2, the median is only known to exceed the cap
+    assert conv["qk-norm"]["median"] is None and conv["qk-norm"]["median_lower_bound"] == CAP
+    want = scipy.stats.logrank(_censored(STEPS["count-prior"]), _censored(STEPS["standard"]))
+    assert conv["count-prior"]["logrank_vs_baseline"]["p"] == pytest.approx(want.pvalue, rel=1e-12)
+    assert [r["steps"] for r in conv["standard"]["runs"]] == [400, 550, CAP, 700, CAP]
+    text = write_report(tmp_path).read_text()
+    assert "## Steps to threshold (val_accuracy >= 0.99)" in text
+    assert f"| standard | 3/5 | 700 | 400 | 550 | >{CAP} | 700 | >{CAP} | (baseline) |" in text
+    assert f"| qk-norm | 2/5 | >{CAP} |" in text
+    main = text[text.index("| variant | finished |"):].splitlines()
+    assert any(line.startswith("| qk-norm | 5/5 (3/5 not converged) |") for line in main)
+    assert any(line.startswith("| count-prior | 5/5 |") for line in main)
+
+
+def test_primary_metric_paired_tests_bootstrap_and_holm(tmp_path):
+    plant(tmp_path)
+    results, _ = read_results(tmp_path)
+    primary = results["primary"]
+    assert primary["metric"] == METRIC and primary["better"] == "higher"
+    rows = {row["variant"]: row for row in primary["variants"]}
+    p_raw = []
+    for v in VARIANTS[1:]:
+        row = rows[v]
+        want = scipy.stats.ttest_rel(ACC[v], ACC["standard"])
+        assert row["paired"] and row["test"]["p"] == pytest.approx(want.pvalue, rel=1e-10)
+        d = np.subtract(ACC[v], ACC["standard"])
+        assert row["difference"] == pytest.approx(d.mean(), abs=1e-15)
+        assert row["ci"]["low"] < d.mean() < row["ci"]["high"]
+        p_raw.append(want.pvalue)
+    holm = multipletests(p_raw, method="holm")[1]
+    assert [rows[v]["p_holm"] for v in VARIANTS[1:]] == pytest.approx(list(holm), rel=1e-12)
+    assert rows["standard"]["n_not_converged"] == 2 and rows["count-prior"]["n_not_converged"] == 0
+    text = write_report(tmp_path).read_text()
+    section = text[text.index(f"## Primary metric: {METRIC}"):]
+    s = ACC["standard"]
+    assert (f"| standard | 5 | {100 * statistics.mean(s):.2f} ± {100 * statistics.stdev(s):.2f} (2 not converged) "
+            "| (baseline) |") in section
+    assert "Holm's adjustment over the 2 tests against standard" in section
+
+
+def test_unpaired_when_the_seeds_differ(tmp_path):
+    plant(tmp_path)
+    (run_dir(tmp_path, "qk-norm", 4) / "summary.json").unlink()  # one run missing: no longer the same seeds
+    results, _ = read_results(tmp_path)
+    row = {r["variant"]: r for r in results["primary"]["variants"]}["qk-norm"]
+    want = scipy.stats.ttest_ind(ACC["qk-norm"][:4], ACC["standard"], equal_var=False)
+    assert not row["paired"] and row["test"]["p"] == pytest.approx(want.pvalue, rel=1e-10)
+
+
+def test_no_primary_and_no_rule_leave_the_report_as_it_was(tmp_path):
+    plant(tmp_path, primary=None)
+    results, _ = read_results(tmp_path)
+    assert results["primary"] is None and results["convergence"] is not None
+    assert "## Primary metric" not in write_report(tmp_path).read_text()
+
+
+@pytest.mark.parametrize("bad", ["accuracy", "val loss", 3, "hijack"])
+def test_a_bad_primary_is_a_one_line_error(bad):
+    with pytest.raises(ConfigError, match="is not a metric") as info:
+        check_primary(bad)
+    assert "\n" not in str(info.value)
