@@ -7,6 +7,7 @@
     attnlab compare --experiment boneless --jobs 2    # a shipped comparison; `attnlab experiments` lists them
     attnlab sample runs/20261122-101500-standard --tokens 300
     attnlab variants
+    attnlab swap runs/hijack-v2/standard/seed0 --attention magnitude-prefix-logits   # a prior on at test time
     attnlab magnitude-demo
     attnlab consensus --points 64 --scale 10          # seed 001: consensus attention, raw-correlation explosion
     attnlab cluster-colors [IMAGE]                    # seed 001: palette by consensus attention vs k-means
@@ -267,6 +268,19 @@ def cmd_heads(args) -> int:
     return 0
 
 
+def cmd_swap(args) -> int:
+    from .experiments.swap import evaluate_swap, swap_table
+
+    result = evaluate_swap(args.run_dir, args.attention)
+    params = result["parameters"]
+    print(f"{args.run_dir}: trained with {result['trained_with']}, evaluated with {result['attention']} "
+          f"({len(params['copied'])} parameters kept, {len(params['new'])} at their initial values, "
+          f"{len(params['dropped'])} dropped)")
+    print(swap_table(result), end="")
+    print(f"{args.run_dir}/swap-{args.attention}.json")
+    return 0
+
+
 def cmd_export_hf(args) -> int:
     from .hf.gpt2 import export_gpt2
     from .train import load_run
@@ -432,6 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the validation windows (default 0)")
     p.add_argument("--out", default=None, help="output folder (default RUN_DIR/heads)")
     p.set_defaults(func=cmd_heads)
+
+    p = sub.add_parser("swap", help="a trained task run evaluated with its attention switched (e.g. a prior off or on)")
+    p.add_argument("run_dir")
+    p.add_argument("--attention", required=True, help="the variant to evaluate the trained weights with")
+    p.set_defaults(func=cmd_swap)
 
     p = sub.add_parser("export-hf", help="write a GPT-2-architecture run as a Hugging Face GPT2LMHeadModel directory")
     p.add_argument("run_dir")

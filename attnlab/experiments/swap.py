@@ -1,0 +1,100 @@
+"""``attnlab swap RUN_DIR --attention VARIANT``: a trained model evaluated with its attention switched at test time.
+
+The ablation behind a prior's verdict: switch magnitude's logit prior off in a model trained with it (does the
+trained model still need it, or did it only speed learning?), and on in a model trained without it (does the prior
+alone stop a cluster, without training for it?). The swapped model keeps every trained parameter whose name and
+shape it shares with the run (the projections, MLPs, embeddings); parameters only the new attention has (e.g. the
+magnitude gate's t) start from their initial values (seeded); parameters only the run has are dropped. Both models
+are evaluated on the same fixed sequences: the task's answer accuracy on its own distribution, and on a hijack task
+every cell of its sweep (attnlab.train.hooks.HijackSweepHook: the accuracy at the hijack query and the retrieval
+head's mass on the unique binding and on the cluster).
+
+Written to ``RUN_DIR/swap-<variant>.json``: {"run", "attention", "parameters": {"copied", "new", "dropped"},
+"original": {metric: value}, "swapped": {metric: value}}.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..atomic import write_text
+from ..data.task_source import task_name
+from ..errors import ConfigError
+from ..model import GPT
+from ..tasks import get_task
+from ..train import load_run
+from ..train.hooks import HijackSweepHook
+from ..variants import variant_info
+
+__all__ = ["swap_attention", "task_accuracy", "evaluate_swap", "swap_table"]
+
+EVAL_SEQUENCES = 512
+"""Sequences of the task's own distribution the answer accuracy is measured on (seeded, the same for every run)."""
+
+
+def swap_attention(model: GPT, attention: str, seed: int = 0) -> tuple[GPT, dict]:
+    """A copy of ``model`` with ``model.config.attention`` replaced by the variant ``attention``: (new model in eval
+    mode, {"copied", "new", "dropped"}: the parameter names copied from ``model``, left at their initial values
+    (initialised under ``torch.manual_seed(seed)``), and not used)."""
+    variant_info(attention)  # an unknown name is a one-line ConfigError
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        swapped = GPT(model.config.replace(attention=attention))
+    old, new = model.state_dict(), swapped.state_dict()
+    copied = [k for k in new if k in old and old[k].shape == new[k].shape]
+    swapped.load_state_dict({**new, **{k: old[k] for k in copied}})
+    return swapped.to(next(model.parameters()).device).eval(), {
+        "copied": copied, "new": [k for k in new if k not in copied],
+        "dropped": [k for k in old if k not in new or old[k].shape != new[k].shape]}
+
+
+@torch.no_grad()
+def task_accuracy(model: GPT, task, n: int = EVAL_SEQUENCES, seed: int = 11, batch_size: int = 128) -> float:
+    """Exact-match accuracy over every answer position of ``n`` sequences of ``task`` (numpy seed ``seed``)."""
+    x_all, y_all = task.sample(n, np.random.default_rng(seed))
+    device = next(model.parameters()).device
+    correct = total = 0
+    for i in range(0, n, batch_size):
+        x = torch.as_tensor(x_all[i:i + batch_size], device=device)
+        y = torch.as_tensor(y_all[i:i + batch_size], device=device)
+        logits, _ = model(x)
+        answer = y >= 0
+        correct += int((logits.argmax(-1) == y)[answer].sum())
+        total += int(answer.sum())
+    return correct / total
+
+
+def _evaluate(model: GPT, task) -> dict:
+    out = {"accuracy": task_accuracy(model, task)}
+    if hasattr(task, "sweep"):  # a hijack task
+        out.update(HijackSweepHook(task).eval_stats(model))
+    return out
+
+
+def evaluate_swap(run_dir, attention: str) -> dict:
+    """The run's trained model and the same weights under ``attention``, evaluated on the run's task; written to
+    ``RUN_DIR/swap-<attention>.json`` and returned (see the module docstring)."""
+    run_dir = Path(run_dir)
+    model, _, cfg = load_run(run_dir)
+    name = task_name(cfg.data.source)
+    if name is None:
+        raise ConfigError(f"{run_dir} was trained on {cfg.data.source!r}; swap evaluates runs on a task "
+                          f"(data.source = 'task:NAME')")
+    task = get_task(name, cfg.data.task or {})
+    swapped, params = swap_attention(model, attention, cfg.train.seed)
+    result = {"run": str(run_dir), "trained_with": cfg.variant_name, "attention": attention, "parameters": params,
+              "original": _evaluate(model, task), "swapped": _evaluate(swapped, task)}
+    write_text(run_dir / f"swap-{attention}.json", json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def swap_table(result: dict) -> str:
+    """Markdown: each metric of the original model and of the swapped one."""
+    lines = [f"| metric | trained ({result['trained_with']}) | swapped to {result['attention']} |", "|---|---|---|"]
+    for key, value in result["original"].items():
+        lines.append(f"| {key} | {value:.4f} | {result['swapped'][key]:.4f} |")
+    return "\n".join(lines) + "\n"

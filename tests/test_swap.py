@@ -1,0 +1,87 @@
+"""attnlab swap: a trained model evaluated with its attention switched (a prior off, or on) at test time."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab import GPT, GPTConfig
+from attnlab.errors import ConfigError
+from attnlab.experiments.swap import evaluate_swap, swap_attention, task_accuracy
+from attnlab.tasks import HijackV2
+from attnlab.train import train
+from helpers import tiny
+
+
+def _model(attention):
+    torch.manual_seed(3)
+    return GPT(GPTConfig(vocab_size=20, block_size=12, n_layer=2, n_head=2, n_embd=16, attention=attention)).eval()
+
+
+def test_switching_the_prior_off_keeps_every_other_weight():
+    trained = _model("magnitude-prefix-logits")
+    swapped, params = swap_attention(trained, "standard")
+    gate = [k for k in trained.state_dict() if ".magnitude." in k]
+    assert gate and sorted(params["dropped"]) == sorted(gate) and params["new"] == []
+    # independently: a standard GPT that must take exactly the other weights (strict load)
+    plain = GPT(trained.config.replace(attention="standard")).eval()
+    plain.load_state_dict({k: v for k, v in trained.state_dict().items() if k not in gate}, strict=True)
+    idx = torch.randint(0, 20, (3, 12))
+    with torch.no_grad():
+        assert torch.equal(swapped(idx)[0], plain(idx)[0])
+        assert not torch.allclose(swapped(idx)[0], trained(idx)[0])  # the prior did change the outputs
+
+
+def test_switching_the_prior_on_adds_only_the_gate_at_its_initial_values():
+    trained = _model("standard")
+    swapped, params = swap_attention(trained, "magnitude-prefix-logits", seed=5)
+    assert params["dropped"] == [] and params["new"] and all(".magnitude." in k for k in params["new"])
+    state, original = swapped.state_dict(), trained.state_dict()
+    assert all(torch.equal(state[k], original[k]) for k in params["copied"])
+    torch.manual_seed(5)
+    fresh = GPT(trained.config.replace(attention="magnitude-prefix-logits")).state_dict()
+    assert all(torch.equal(state[k], fresh[k]) for k in params["new"])
+
+
+def test_the_same_attention_gives_the_same_model():
+    trained = _model("standard")
+    swapped, params = swap_attention(trained, "standard")
+    assert params["new"] == params["dropped"] == []
+    idx = torch.randint(0, 20, (2, 12))
+    with torch.no_grad():
+        assert torch.equal(swapped(idx)[0], trained(idx)[0])
+
+
+def test_task_accuracy_counts_every_answer():
+    task = HijackV2.tiny()
+    model = GPT(GPTConfig(vocab_size=task.vocab_size, block_size=task.seq_len, n_layer=1, n_head=2, n_embd=8)).eval()
+    x, y = task.sample(40, np.random.default_rng(11))
+    with torch.no_grad():
+        guess = model(torch.as_tensor(x))[0].argmax(-1).numpy()
+    want = (guess == y)[y >= 0].mean()
+    assert task_accuracy(model, task, n=40, seed=11, batch_size=7) == pytest.approx(want, abs=1e-12)
+
+
+def test_evaluate_swap_on_a_run(tmp_path):
+    run = tmp_path / "run"
+    train(tiny(run, str(tmp_path / "cache"), data__source="task:hijack-v2", data__task__m_max=4,
+               data__task__seq_len=40, train__max_steps=4, train__warmup_steps=1, train__eval_interval=0, train__sample_tokens=0), quiet=True)
+    result = evaluate_swap(run, "count-prior")
+    saved = json.loads((run / "swap-count-prior.json").read_text())
+    assert saved == json.loads(json.dumps(result))
+    assert result["trained_with"] == "standard" and result["parameters"]["new"] == []
+    assert set(result["original"]) == set(result["swapped"]) and "hijack/synonym-m4/accuracy" in result["original"]
+    with pytest.raises(ConfigError, match="unknown attention variant"):
+        evaluate_swap(run, "no-such-variant")
+
+
+def test_a_text_run_is_a_one_line_error(tmp_path):
+    run = tmp_path / "run"
+    train(tiny(run, str(tmp_path / "cache"), train__max_steps=2, train__warmup_steps=1, train__eval_interval=0, train__sample_tokens=0),
+          quiet=True)
+    with pytest.raises(ConfigError, match="swap evaluates runs on a task") as info:
+        evaluate_swap(run, "standard")
+    assert "\n" not in str(info.value)
