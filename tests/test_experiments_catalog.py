@@ -101,7 +101,7 @@ def test_hijack_with_clusters_in_training_differs_from_hijack_1_only_in_m():
     so their sweeps compare with hijack-1/-2's at the same m."""
     from attnlab.tasks import get_task
 
-    names = [n for n in experiment_names() if n.startswith("hijack-")]
+    names = [n for n in experiment_names() if n.startswith("hijack-") and not n.startswith("hijack-v2-")]
     assert sorted(names) == ["hijack-1", "hijack-2", "hijack-fixed", "hijack-mixed-1", "hijack-mixed-2",
                              "hijack-mixed-3"]
     reference = load_experiment("hijack-1").base_config()
@@ -118,6 +118,22 @@ def test_hijack_with_clusters_in_training_differs_from_hijack_1_only_in_m():
         assert task.replace(m=0, m_max=None) == get_task("hijack", reference.data.task), exp.name
         without_task = lambda c: c.replace(data=dataclasses.replace(c.data, task={}))
         assert without_task(base) == without_task(reference), exp.name
+
+
+def test_hijack_v2_parts_declare_their_primary_metric_and_run_to_a_threshold():
+    """Every hijack-v2 part trains the same task and model to a stop rule, starts with the baseline, and declares a
+    primary metric that its task's sweep logs."""
+    from attnlab.tasks import get_task
+
+    parts = [load_experiment(n) for n in experiment_names() if n.startswith("hijack-v2-")]
+    assert parts
+    for exp in parts:
+        base = exp.base_config()
+        task = get_task("hijack-v2", base.data.task)
+        assert exp.variants[0] == "standard" and len(exp.seeds) >= 5
+        assert base.train.stop_rule is not None and base.data.source == "task:hijack-v2"
+        cell = exp.primary.removeprefix("hijack/").removesuffix("/accuracy")
+        assert cell in task.sweep(), exp.name
 
 
 def test_unknown_experiment_is_one_line():

@@ -12,7 +12,7 @@ from attnlab.train.hooks import HijackSweepHook
 from helpers import one_line_error, parse_hijack_v2 as parse
 
 
-SIZES = [{}, HijackV2.tiny_params, {"m": 0, "m_max": 8}, {"m": 39}, {"cluster": "exact", "m": 20},
+SIZES = [{}, HijackV2.tiny_params, {"m": 0, "m_max": 8}, {"m": 36}, {"cluster": "exact", "m": 20},
          {"target_synonym": "query", "m": 8}, {"synonyms": 1, "m": 5}, {"n_unmarked": 0, "m": 3},
          {"n_marked": 1, "n_queries": 1, "n_keys": 2, "n_values": 2, "n_unmarked": 2, "seq_len": 8, "m": 1}]
 
@@ -71,7 +71,7 @@ def test_training_defines_the_rule_unmarked_bindings_of_queried_keys_occur_and_n
 
 
 def test_synonym_clusters_are_mostly_distinct_tokens_and_exact_ones_one_token():
-    exact, syn = (HijackV2(m=16, cluster=c) for c in ("exact", "synonym"))
+    exact, syn = (HijackV2(m=16, synonyms=8, cluster=c) for c in ("exact", "synonym"))
     xs, _ = syn.sample(100, np.random.default_rng(0))
     xe, _ = exact.sample(100, np.random.default_rng(0))
     distinct_syn = [len(set(parse(syn, r).cluster_tokens)) for r in xs]
@@ -88,13 +88,14 @@ def test_the_sweep_cells():
     assert cells["mediocre-m32"].target_synonym == "query" and cells["mediocre-m32"].cluster == "synonym"
     assert all(c.m_max is None for c in cells.values())
     assert "exact-m32" not in HijackV2(seq_len=50).sweep()  # capacity 26: m = 32 leaves no filler
+    assert list(HijackV2(synonyms=1).sweep()) == [f"exact-m{m}" for m in (0, 4, 8, 16, 32)]
     assert list(HijackSweepHook(task).cells) == list(cells)
     assert task_name("task:hijack-v2") == "hijack-v2"
 
 
 @pytest.mark.parametrize("params, fragments", [
-    ({"m": 40}, ["data.task.m=40", "0..39", "must leave filler"]),
-    ({"m_max": 40}, ["data.task.m_max=40", "0..39"]),
+    ({"m": 37}, ["data.task.m=37", "0..36", "must leave filler"]),
+    ({"m_max": 37}, ["data.task.m_max=37", "0..36"]),
     ({"cluster": "near"}, ["data.task.cluster='near'", "'exact', 'synonym'"]),
     ({"target_synonym": "same"}, ["data.task.target_synonym='same'", "'any', 'query'"]),
     ({"synonyms": 0}, ["data.task.synonyms=0", ">= 1"]),

@@ -39,7 +39,7 @@ SIZES = {
                {"n_marked": 3, "n_queries": 1, "m": 1, "m_max": 4, "seq_len": 21},
                {"n_queries": 4, "m": 0, "m_max": 64, "seq_len": 163},
                {"n_marked": 3, "n_queries": 3, "m": 2, "seq_len": 24, "n_keys": 5, "n_values": 5}],
-    "hijack-v2": [{}, HijackV2.tiny_params, {"m": 0, "m_max": 8}, {"m": 39, "cluster": "exact"},
+    "hijack-v2": [{}, HijackV2.tiny_params, {"m": 0, "m_max": 8}, {"m": 36, "cluster": "exact"},
                   {"m": 5, "target_synonym": "query", "synonyms": 3}],
 }
 CASES = [(name, params) for name, sizes in SIZES.items() for params in sizes]

@@ -86,18 +86,18 @@ class HijackV2(Task):
     tiny_params: ClassVar[dict] = {"n_marked": 2, "n_keys": 4, "n_values": 4, "synonyms": 2, "n_unmarked": 1,
                                    "n_queries": 1, "m": 2, "seq_len": 14}
 
-    n_marked: int = 4
+    n_marked: int = 6
     """Marked bindings per sequence, distinct keys, one of them the queried one (1..n_keys)."""
     n_keys: int = 8
     """Keys (synonym groups) in the vocabulary (at least 2)."""
     n_values: int = 8
     """Values in the vocabulary (at least 2); chance accuracy is 1 / n_values."""
-    synonyms: int = 8
+    synonyms: int = 4
     """Spellings of each key (1: no synonyms, every binding of a key is the same token for a given value)."""
-    n_unmarked: int = 8
+    n_unmarked: int = 4
     """Unmarked bindings of keys other than the target's per sequence (they define the rule "unmarked bindings do
     not answer" in training)."""
-    n_queries: int = 3
+    n_queries: int = 4
     """Queries per sequence (1..n_marked), each a distinct marked key; the last is the hijack query."""
     m: int = 0
     """Cluster size (0..capacity - 1); with m_max set, the smallest size drawn."""
@@ -183,9 +183,12 @@ class HijackV2(Task):
         """The cells the hijack sweep evaluates (attnlab.train.hooks.HijackSweepHook), for each m of ``ms`` (default
         :data:`SWEEP_M`) below the capacity: ``exact-m<m>`` (one token repeated), ``synonym-m<m>`` (m > 0: each
         copy its own spelling), and at the m of :data:`MEDIOCRE_M` ``mediocre-m<m>`` (a synonym cluster against a
-        target spelled as the query: seed 000's mediocre cluster keys against one perfect key)."""
+        target spelled as the query: seed 000's mediocre cluster keys against one perfect key); with one spelling per
+        key (``synonyms=1``) only the exact cells."""
         ms = [m for m in (SWEEP_M if ms is None else ms) if m < self.capacity]
         cells = {f"exact-m{m}": self.at_m(m, "exact", "any") for m in ms}
+        if self.synonyms == 1:  # every copy is then one token: the other kinds are the exact cells again
+            return cells
         cells |= {f"synonym-m{m}": self.at_m(m, "synonym", "any") for m in ms if m > 0}
         cells |= {f"mediocre-m{m}": self.at_m(m, "synonym", "query") for m in ms if m in MEDIOCRE_M}
         return cells
