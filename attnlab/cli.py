@@ -269,8 +269,20 @@ def cmd_heads(args) -> int:
 
 
 def cmd_swap(args) -> int:
-    from .experiments.swap import evaluate_swap, swap_table
+    from pathlib import Path
 
+    from .experiments.swap import evaluate_swap, swap_comparison, swap_summary_table, swap_table
+    from .rundir import COMPARE_SPEC_FILE
+
+    if (Path(args.run_dir) / COMPARE_SPEC_FILE).is_file():  # a comparison: every finished run of --variant
+        if not args.variant:
+            print("attnlab: error: on a comparison directory, --variant names the trained variant to evaluate",
+                  file=sys.stderr)
+            return 2
+        results = swap_comparison(args.run_dir, args.variant, args.attention)
+        metrics = [k for k in results[0]["original"] if k == "accuracy" or k.endswith("/accuracy")]
+        print(swap_summary_table(args.run_dir, metrics), end="")
+        return 0
     result = evaluate_swap(args.run_dir, args.attention)
     params = result["parameters"]
     print(f"{args.run_dir}: trained with {result['trained_with']}, evaluated with {result['attention']} "
@@ -448,8 +460,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_heads)
 
     p = sub.add_parser("swap", help="a trained task run evaluated with its attention switched (e.g. a prior off or on)")
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", help="a run directory, or a comparison directory with --variant")
     p.add_argument("--attention", required=True, help="the variant to evaluate the trained weights with")
+    p.add_argument("--variant", help="RUN_DIR is a comparison: evaluate every finished run of this trained variant")
     p.set_defaults(func=cmd_swap)
 
     p = sub.add_parser("export-hf", help="write a GPT-2-architecture run as a Hugging Face GPT2LMHeadModel directory")

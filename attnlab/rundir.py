@@ -30,6 +30,7 @@ PLOT_FILE = "loss.png"
 CHECKPOINT_DIR = "checkpoint"
 RUN_MARKERS = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_DIR)  # any of them: a run lives here
 SHIPPED_RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE)  # what `attnlab report --export` copies
+SHIPPED_RUN_GLOBS = ("swap-*.json",)  # and these, when a run has them (attnlab swap: evaluations with another attention)
 DONE_STATUSES = ("finished", "diverged")  # summary.json statuses of a run that is over (kept, never retrained)
 
 COMPARE_SPEC_FILE = "compare.toml"
@@ -45,7 +46,7 @@ HIJACK_MASS_FILE = "hijack_mass.png"  # and the retrieval head's attention mass 
 
 __all__ = [
     "CONFIG_FILE", "TOKENIZER_FILE", "METRICS_FILE", "SUMMARY_FILE", "SAMPLES_FILE", "PLOT_FILE", "CHECKPOINT_DIR",
-    "RUN_MARKERS", "SHIPPED_RUN_FILES", "DONE_STATUSES", "COMPARE_SPEC_FILE", "SWEEP_SPEC_FILE", "LOGS_DIR", "REPORT_FILE",
+    "RUN_MARKERS", "SHIPPED_RUN_FILES", "SHIPPED_RUN_GLOBS", "DONE_STATUSES", "COMPARE_SPEC_FILE", "SWEEP_SPEC_FILE", "LOGS_DIR", "REPORT_FILE",
     "RESULTS_FILE", "CURVES_FILE", "ACCURACY_CURVES_FILE", "HIJACK_ACCURACY_FILE", "HIJACK_MASS_FILE",
     "comparison_run_dir", "sweep_run_dir", "read_metrics", "read_summary",
 ]

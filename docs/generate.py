@@ -21,6 +21,9 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
   (:func:`attnlab.experiments.lowrank_error.error_table`);
 - ``HEADS:<dir>``: the head analyses (``attnlab heads``) of the runs of a comparison saved in
   ``results/<dir>/<variant>/seed<k>/heads/heads.json`` (:func:`attnlab.experiments.heads.heads_table`);
+- ``SWAP:<dir>``: the test-time attention swaps (``attnlab swap``) saved in
+  ``results/<dir>/<variant>/seed<k>/swap-<attention>.json``: the accuracy at every hijack sweep cell, trained against
+  swapped (:func:`attnlab.experiments.swap.swap_summary_table`);
 - ``BENCH-LONG:<dir>[:<stem>]``: the rows of ``benchmarks/magnitude.py --long`` (or of other rows of it) saved in
   ``results/<dir>/bench_long.json`` (or ``<stem>.json``);
 - ``BENCH-GENERATE``: the rows of ``benchmarks/generate.py`` saved in ``results/benchmarks/generate.json``;
@@ -47,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)*):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
 GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "HIJACK-SUMMARY:", "HIJACK-PROTOCOL:",
-             "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "HEADS:")
+             "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "HEADS:", "SWAP:")
 
 
 def pages() -> list[Path]:
@@ -253,6 +256,19 @@ def heads_block(name: str) -> str:
     return heads_table({f"`{f.parents[2].name}` {f.parents[1].name}": json.loads(f.read_text()) for f in files})
 
 
+def swap_block(name: str) -> str:
+    """The test-time attention swaps saved under results/<name>/<variant>/seed<k>/swap-*.json: the task accuracy and
+    the accuracy at every hijack sweep cell, trained -> swapped."""
+    import json
+
+    from attnlab.experiments.swap import swap_summary_table
+
+    first = next(iter(sorted((ROOT / "results" / name).glob("*/seed*/swap-*.json"))), None)
+    metrics = [] if first is None else [k for k in json.loads(first.read_text())["original"]
+                                        if k == "accuracy" or k.endswith("/accuracy")]
+    return swap_summary_table(ROOT / "results" / name, metrics)
+
+
 def bench_chunks_table(bench: dict) -> str:
     """| T | one column per block of the lowrank-prefix rows | the explicit path | SDPA |: fwd+bwd ms (peak MiB)."""
     rows = bench["results"]
@@ -371,6 +387,8 @@ def render(name: str, page: Path) -> str | None:
         return bench_long_block(ROOT / "results" / folder / f"{stem or 'bench_long'}.json")
     if name.startswith("HEADS:"):
         return heads_block(name.split(":", 1)[1])
+    if name.startswith("SWAP:"):
+        return swap_block(name.split(":", 1)[1])
     if name == "BENCH-GENERATE":
         return bench_generate_block()
     if name.startswith("BENCH-CUDA:"):

@@ -134,6 +134,10 @@ def test_hijack_v2_parts_declare_their_primary_metric_and_run_to_a_threshold():
         assert base.train.stop_rule is not None and base.data.source == "task:hijack-v2"
         cell = exp.primary.removeprefix("hijack/").removesuffix("/accuracy")
         assert cell in task.sweep(), exp.name
+    exact = [exp for exp in parts if get_task("hijack-v2", exp.base_config().data.task).synonyms == 1]
+    for exp in exact:  # the parts on exact clusters are one comparison split in parts: the same runs but the variants
+        assert exp.base_config() == exact[0].base_config() and exp.seeds == exact[0].seeds, exp.name
+        assert exp.primary == exact[0].primary
 
 
 def test_unknown_experiment_is_one_line():

@@ -85,3 +85,36 @@ def test_a_text_run_is_a_one_line_error(tmp_path):
     with pytest.raises(ConfigError, match="swap evaluates runs on a task") as info:
         evaluate_swap(run, "standard")
     assert "\n" not in str(info.value)
+
+
+def test_swaps_over_a_comparison_are_summarised_and_shipped(tmp_path):
+    import scipy.stats
+
+    from attnlab.experiments import compare
+    from attnlab.experiments.report import export_comparison
+    from attnlab.experiments.swap import swap_comparison, swap_summary, swap_summary_table
+
+    base = tiny(tmp_path / "unused", str(tmp_path / "cache"), data__source="task:hijack-v2", data__task__m_max=4,
+                data__task__seq_len=40, train__max_steps=6, train__warmup_steps=1, train__eval_interval=0,
+                train__sample_tokens=0)
+    out = tmp_path / "cmp"
+    compare(base, ["standard", "count-prior"], [0, 1, 2], out, quiet=True)
+    results = swap_comparison(out, "standard", "count-prior")
+    assert [r["run"] for r in results] == [str(out / "standard" / f"seed{s}") for s in (0, 1, 2)]
+    metric = "hijack/exact-m4/accuracy"
+    (row,) = swap_summary(out, [metric])
+    original = [r["original"][metric] for r in results]
+    swapped = [r["swapped"][metric] for r in results]
+    cell = row["metrics"][metric]
+    assert (row["trained"], row["attention"], row["n"]) == ("standard", "count-prior", 3)
+    assert cell["original"]["mean"] == pytest.approx(np.mean(original), abs=1e-12)
+    assert cell["swapped"]["mean"] == pytest.approx(np.mean(swapped), abs=1e-12)
+    if len({b - a for a, b in zip(original, swapped)}) > 1:
+        assert cell["test"]["p"] == pytest.approx(scipy.stats.ttest_rel(swapped, original).pvalue, rel=1e-10)
+    assert "| `standard` | `count-prior` | 3 |" in swap_summary_table(out, [metric])
+    export_comparison(out, tmp_path / "shipped")
+    shipped = tmp_path / "shipped" / "standard" / "seed1" / "swap-count-prior.json"
+    assert json.loads(shipped.read_text()) == json.loads((out / "standard" / "seed1" / "swap-count-prior.json").read_text())
+    assert swap_summary(tmp_path / "shipped", [metric]) == swap_summary(out, [metric])
+    with pytest.raises(ConfigError, match="no variant 'qk-norm'"):
+        swap_comparison(out, "qk-norm", "standard")

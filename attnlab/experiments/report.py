@@ -21,7 +21,7 @@ from ..atomic import write_text
 from ..configio import load_toml
 from ..errors import ConfigError
 from ..rundir import (ACCURACY_CURVES_FILE, COMPARE_SPEC_FILE, CURVES_FILE, DELTA_CURVES_FILE, DONE_STATUSES, REPORT_FILE,
-                      RESULTS_FILE, SHIPPED_RUN_FILES, read_metrics, read_summary)
+                      RESULTS_FILE, SHIPPED_RUN_FILES, SHIPPED_RUN_GLOBS, read_metrics, read_summary)
 from ..rundir import comparison_run_dir as run_dir
 from .hijack_report import ACCURACY_FILE, MASS_FILE, hijack_results, hijack_tables, plot_hijack
 from .plots import plot_accuracy_curves, plot_loss_curves, plot_loss_deltas
@@ -550,7 +550,8 @@ def read_results(out_dir) -> tuple[dict, list[RunRecord]]:
 def export_comparison(out_dir, dest) -> Path:
     """Copy the comparison in ``out_dir`` to ``dest`` without its checkpoints, for sharing or committing:
     ``compare.toml`` and, of every run that has a summary (finished or diverged), the files in
-    :data:`SHIPPED_RUN_FILES`; runs still going or missing are left out. Then write the report in ``dest`` (the
+    :data:`SHIPPED_RUN_FILES` (and any :data:`SHIPPED_RUN_GLOBS`, e.g. ``swap-*.json``); runs still going or missing
+    are left out. Then write the report in ``dest`` (the
     same numbers as in ``out_dir``: the report reads nothing else) and return its path. Files of ``dest`` that
     are not the comparison's own are left alone; the copied ones are replaced atomically."""
     out_dir, dest = Path(out_dir), Path(dest)
@@ -566,7 +567,8 @@ def export_comparison(out_dir, dest) -> Path:
                 continue
             run_dest = run_dir(dest, variant, seed)
             run_dest.mkdir(parents=True, exist_ok=True)
-            for name in SHIPPED_RUN_FILES:
+            names = [*SHIPPED_RUN_FILES, *sorted(p.name for g in SHIPPED_RUN_GLOBS for p in src.glob(g))]
+            for name in names:
                 if (src / name).exists():
                     write_text(run_dest / name, (src / name).read_text(encoding="utf-8"))
     return write_report(dest)

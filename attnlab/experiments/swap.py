@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..atomic import write_text
+from ..rundir import comparison_run_dir, read_summary
 from ..data.task_source import task_name
 from ..errors import ConfigError
 from ..model import GPT
@@ -29,8 +30,10 @@ from ..tasks import get_task
 from ..train import load_run
 from ..train.hooks import HijackSweepHook
 from ..variants import variant_info
+from .stats import describe, paired_ttest
 
-__all__ = ["swap_attention", "task_accuracy", "evaluate_swap", "swap_table"]
+__all__ = ["swap_attention", "task_accuracy", "evaluate_swap", "swap_table", "swap_comparison", "swap_summary",
+           "swap_summary_table"]
 
 EVAL_SEQUENCES = 512
 """Sequences of the task's own distribution the answer accuracy is measured on (seeded, the same for every run)."""
@@ -97,4 +100,61 @@ def swap_table(result: dict) -> str:
     lines = [f"| metric | trained ({result['trained_with']}) | swapped to {result['attention']} |", "|---|---|---|"]
     for key, value in result["original"].items():
         lines.append(f"| {key} | {value:.4f} | {result['swapped'][key]:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+def swap_comparison(out_dir, trained: str, attention: str) -> list[dict]:
+    """:func:`evaluate_swap` on every finished run of variant ``trained`` in the comparison ``out_dir`` (each writes
+    its ``swap-<attention>.json``, which ``attnlab report --export`` ships); the results, by seed."""
+    from .report import load_spec
+
+    spec = load_spec(out_dir)
+    if trained not in spec["variants"]:
+        raise ConfigError(f"{out_dir} has no variant {trained!r}; it has {', '.join(spec['variants'])}")
+    runs = [comparison_run_dir(out_dir, trained, seed) for seed in spec["seeds"]]
+    done = [r for r in runs if (read_summary(r) or {}).get("status") == "finished"]
+    if not done:
+        raise ConfigError(f"{out_dir}: no finished run of {trained!r} to evaluate yet")
+    return [evaluate_swap(r, attention) for r in done]
+
+
+def swap_summary(out_dir, metrics: list[str]) -> list[dict]:
+    """Every ``<variant>/seed<k>/swap-<attention>.json`` of a comparison, summarised per (trained variant, attention):
+    {"trained", "attention", "n", "metrics": {metric: {"original", "swapped": Summary dicts, "test": paired t-test of
+    swapped against original over the seeds}}}, for each of ``metrics``."""
+    out_dir = Path(out_dir)
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for path in sorted(out_dir.glob("*/seed*/swap-*.json")):
+        result = json.loads(path.read_text(encoding="utf-8"))
+        groups.setdefault((path.parents[1].name, result["attention"]), []).append(result)
+    rows = []
+    for (trained, attention), results in groups.items():
+        cells = {}
+        for metric in metrics:
+            pairs = [(r["original"][metric], r["swapped"][metric]) for r in results
+                     if metric in r["original"] and metric in r["swapped"]]
+            original, swapped = [a for a, _ in pairs], [b for _, b in pairs]
+            cells[metric] = {"original": describe(original).to_dict(), "swapped": describe(swapped).to_dict(),
+                             "test": paired_ttest(swapped, original).to_dict()}
+        rows.append({"trained": trained, "attention": attention, "n": len(results), "metrics": cells})
+    return rows
+
+
+def swap_summary_table(out_dir, metrics: list[str]) -> str:
+    """Markdown over a comparison's swap evaluations: per trained variant and test-time attention, each metric as
+    trained -> swapped (mean ± std in % over the seeds, the paired t-test's p)."""
+    rows = swap_summary(out_dir, metrics)
+    if not rows:
+        return "No swap evaluations saved yet.\n"
+    pct = lambda d: "n/a" if d["mean"] is None else f"{100 * d['mean']:.1f}" + (  # noqa: E731
+        "" if d["std"] is None else f" ± {100 * d['std']:.1f}")
+    lines = ["| trained with | evaluated with | seeds | " + " | ".join(metrics) + " |",
+             "|---|---|---|" + "---|" * len(metrics)]
+    for row in rows:
+        cells = []
+        for metric in metrics:
+            c = row["metrics"][metric]
+            p = c["test"]["p"]
+            cells.append(f"{pct(c['original'])} -> {pct(c['swapped'])}" + ("" if p is None else f" (p {p:.2g})"))
+        lines.append(f"| `{row['trained']}` | `{row['attention']}` | {row['n']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
