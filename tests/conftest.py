@@ -5,3 +5,19 @@ import torch
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models gain nothing from threads, and on shared cores spinning OpenMP threads can slow steps 10x: a
+    training test module uses one (``pytestmark = pytest.mark.usefixtures("one_thread")``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    """One data cache (tokens, tokenizer, matmul peak) shared by the tests of a module."""
+    return str(tmp_path_factory.mktemp("cache"))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from attnlab.errors import ConfigError
 from attnlab.train import TrainConfig, read_metrics, train
@@ -20,17 +19,7 @@ SETTINGS = {"train__max_steps": 40, "train__eval_interval": 5, "train__checkpoin
             "train__sample_tokens": 0, "train__track_rank": False}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("cache"))
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -23,11 +23,6 @@ class _FakeRun:
         self.calls.append(("finish",))
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("cache"))
-
-
 @pytest.fixture
 def fake_wandb(monkeypatch):
     calls = []

@@ -48,19 +48,7 @@ SUMMARY_KEYS = ("status", "steps", "final_val_loss", "best_val_loss", "tokens_se
                 "tokens_per_s", "mfu", "matmul_peak_gflops", "variant", "seed", "device")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from threads, and on shared cores spinning OpenMP threads can slow steps 10x."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    """One data cache (tokens, tokenizer, matmul peak) shared by the tests of this module."""
-    return str(tmp_path_factory.mktemp("cache"))
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def exact_rows(run_dir) -> list[tuple]:

@@ -14,11 +14,6 @@ SETTINGS = dict(train__max_steps=200, train__eval_interval=10, train__checkpoint
                 train__eval_tokens=2048)
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("cache"))
-
-
 def test_lr_10_stops_with_one_line_and_keeps_the_good_checkpoint(tmp_path, cache_dir):
     """lr 1e-3 for 20 steps (two good checkpoints), then resumed at lr 10: the loss blows up and the run stops."""
     run = tmp_path / "run"
