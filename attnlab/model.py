@@ -14,8 +14,8 @@ from torch import nn
 
 from .config import GPTConfig
 from .errors import ConfigError
-from .nn import Attention, KVCache, LayerKV, LearnedPositions, RotaryEmbedding, SinusoidalPositions
 from .functional.count_prior import count_log_prior
+from .nn import Attention, KVCache, LayerKV, LearnedPositions, RotaryEmbedding, SinusoidalPositions
 from .nn.heads import LogitCascade
 
 
@@ -129,7 +129,7 @@ class GPT(nn.Module):
     def new_cache(self) -> KVCache:
         """An empty K/V cache for forward(..., cache=) of up to block_size positions."""
         if not self.cache_exact:
-            raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate; "
+            raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate or count prior; "
                               f"attention={self.config.attention!r} needs the whole prefix at every token")
         return KVCache(self.config.n_layer, self.config.block_size)
 
@@ -155,7 +155,8 @@ class GPT(nn.Module):
         return logits, loss
 
     def _count_prior(self, idx: torch.Tensor) -> torch.Tensor | None:
-        """-log c_ij of the tokens idx when a layer uses the duplicate-count prior (attention.count_prior), else None."""
+        """-log c_ij of the tokens idx when a layer uses the duplicate-count prior (attention.count_prior), else
+        None."""
         if not any(b.attn.config.count_prior for b in self.blocks):
             return None
         return count_log_prior(idx, self.wte.weight.dtype)

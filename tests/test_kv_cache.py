@@ -10,7 +10,8 @@ from attnlab.variants import get_variant, variants
 from helpers import fit_rank
 
 BLOCK = 12
-CACHEABLE = [n for n in variants() if get_variant(n).magnitude == "off" and get_variant(n).causal]
+CACHEABLE = [n for n in variants()
+             if get_variant(n).magnitude == "off" and get_variant(n).causal and not get_variant(n).count_prior]
 
 
 def _model(attention, pos="learned"):
@@ -20,7 +21,7 @@ def _model(attention, pos="learned"):
     return GPT(cfg).double().eval()
 
 
-def test_the_cacheable_variants_are_those_without_a_magnitude_gate():
+def test_the_cacheable_variants_are_those_without_a_magnitude_gate_or_count_prior():
     assert {"standard", "gqa", "mqa", "rbf", "mask-renormalize", "mla", "qk-norm", "boneless-corr"} <= set(CACHEABLE)
     for name in variants():
         assert _model(name).cache_exact == (name in CACHEABLE), name
@@ -56,7 +57,7 @@ def test_generate_with_the_cache_gives_the_tokens_of_full_recomputation(name):
         assert torch.equal(cached, full)
 
 
-@pytest.mark.parametrize("name", ["magnitude-causal", "magnitude-prefix", "magnitude-causal-lowrank"])
+@pytest.mark.parametrize("name", ["magnitude-causal", "magnitude-prefix", "magnitude-causal-lowrank", "count-prior"])
 def test_magnitude_variants_recompute_and_refuse_a_cache(name):
     model = _model(name)
     assert not model.cache_exact

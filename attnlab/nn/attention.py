@@ -157,8 +157,9 @@ class Attention(nn.Module):
             raise ConfigError("attention.count_prior=true needs the token ids' count prior: pass count_prior="
                               "count_log_prior(idx) (attnlab.GPT does)")
         if kv is not None and (self.magnitude is not None or not cfg.causal or cfg.count_prior):
-            raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate "
-                              f"(this layer: causal={cfg.causal}, magnitude={cfg.magnitude!r})")
+            raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate or count prior "
+                              f"(this layer: causal={cfg.causal}, magnitude={cfg.magnitude!r}, "
+                              f"count_prior={cfg.count_prior})")
         offset = 0 if kv is None else kv.length
         latent_cache = kv is not None and self.kv_latent is not None  # MLA caches c, not K and V
         if latent_cache:  # K, V of every cached position rebuilt from the latents c [B, S, d_c]

@@ -175,7 +175,7 @@ class TrainConfig:
             raise ConfigError(f"train.init_from={self.init_from!r} must be 'hf:DIR' (a local Hugging Face GPT-2 "
                               f"directory) or unset")
         if self.stop_at is not None:
-            self.stop_rule  # noqa: B018 (parses: a bad rule is a one-line ConfigError here)
+            StopRule.parse(self.stop_at)  # a bad rule is a one-line ConfigError here, before any training
         if self.min_lr > self.lr:
             raise ConfigError(f"train.min_lr={self.min_lr!r} must be <= train.lr={self.lr!r}")
         if self.warmup_steps > self.max_steps:
