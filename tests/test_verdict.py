@@ -111,12 +111,18 @@ def test_primary_metric_paired_tests_bootstrap_and_holm(tmp_path):
     assert "Holm's adjustment over the 2 tests against standard" in section
 
 
-def test_unpaired_when_the_seeds_differ(tmp_path):
+def test_paired_over_the_shared_seeds_and_unpaired_without_two(tmp_path):
     plant(tmp_path)
-    (run_dir(tmp_path, "qk-norm", 4) / "summary.json").unlink()  # one run missing: no longer the same seeds
+    (run_dir(tmp_path, "qk-norm", 4) / "summary.json").unlink()  # still going: seed 4 drops out of its test
     results, _ = read_results(tmp_path)
     row = {r["variant"]: r for r in results["primary"]["variants"]}["qk-norm"]
-    want = scipy.stats.ttest_ind(ACC["qk-norm"][:4], ACC["standard"], equal_var=False)
+    want = scipy.stats.ttest_rel(ACC["qk-norm"][:4], ACC["standard"][:4])
+    assert row["paired"] and row["n_compared"] == 4 and row["test"]["p"] == pytest.approx(want.pvalue, rel=1e-10)
+    for seed in (1, 2, 3):
+        (run_dir(tmp_path, "standard", seed) / "summary.json").unlink()
+    results, _ = read_results(tmp_path)  # standard: seeds 0 and 4; qk-norm: 0-3; one shared seed, so Welch
+    row = {r["variant"]: r for r in results["primary"]["variants"]}["qk-norm"]
+    want = scipy.stats.ttest_ind(ACC["qk-norm"][:4], [ACC["standard"][0], ACC["standard"][4]], equal_var=False)
     assert not row["paired"] and row["test"]["p"] == pytest.approx(want.pvalue, rel=1e-10)
 
 

@@ -10,9 +10,9 @@ quantity per run, ``val_loss``, ``val_accuracy`` or a key a hook logs at evaluat
 ``hijack/synonym-m32/accuracy``), read at the run's last evaluation, i.e. where it met its threshold or at the cap.
 Per variant against the baseline:
 
-- paired where the two share seeds (seed i of both variants sees the same data order and initialisation draws):
-  Student's paired t-test and a bootstrap CI of the mean paired difference over the shared seeds; Welch's test
-  and an unpaired bootstrap otherwise;
+- paired over the seeds both variants finished (seed i of both sees the same data order and initialisation draws):
+  Student's paired t-test and a bootstrap CI of the mean paired difference; Welch's test and an unpaired bootstrap
+  only where fewer than two seeds are shared;
 - Holm's adjustment over the family of all the variants' tests against the baseline (the table says so);
 - the smallest difference the seeds could have detected (80% power at alpha = 0.05, from the observed spread), so
   that "no difference" is stated with the difference it could have seen.
@@ -140,14 +140,14 @@ def convergence_table(conv: dict, heading: str = "##") -> list[str]:
 
 
 def _paired_values(records, variant: str, baseline: str, metric: str):
-    """(values of variant, values of baseline, paired?): over the seeds both have when every usable seed of each is
-    shared (paired), else each side's usable runs (unpaired)."""
+    """(values of variant, values of baseline, paired?): paired over the seeds both have usable runs of (at least
+    two; a seed only one side finished is left out of the test), else each side's usable runs, unpaired."""
     def values(v):
         return {r.seed: x for r in records if r.variant == v and r.usable and (x := metric_value(r, metric)) is not None}
 
     mine, theirs = values(variant), values(baseline)
     shared = sorted(mine.keys() & theirs.keys())
-    if len(shared) >= 2 and len(shared) == len(mine) == len(theirs):
+    if len(shared) >= 2:
         return [mine[s] for s in shared], [theirs[s] for s in shared], True
     return list(mine.values()), list(theirs.values()), False
 
@@ -204,19 +204,20 @@ def primary_table(primary: dict, heading: str = "##") -> list[str]:
     lines = [f"{heading} Primary metric: {metric}", "",
              f"Declared before the runs; {primary['better']} is better. Mean ± std over the finished seeds at each "
              f"run's last evaluation (where it met its threshold, or at its cap). Difference from {base} with a 95% "
-             "bootstrap CI (BCa); paired over the seeds both variants ran (same data order), Welch otherwise. "
+             "bootstrap CI (BCa); paired over the seeds both variants finished (same data order; `pairs` counts "
+             "them), Welch where fewer than two are shared. "
              f"Holm's adjustment over the {len(primary['variants']) - 1} tests against {base}. Detectable: the "
              f"difference the seeds would detect with {primary['power']:.0%} power at alpha = {primary['alpha']} "
              "(from the observed spread).", "",
-             f"| variant | seeds | {metric}{unit} | difference | 95% CI | test | p | Holm p | detectable |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"| variant | seeds | {metric}{unit} | difference | 95% CI | test | pairs | p | Holm p | detectable |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for row in primary["variants"]:
         s = row["summary"]
         level = "n/a" if s["mean"] is None else f(s["mean"]) + ("" if s["std"] is None else f" ± {f(s['std'])}")
         if row["n_not_converged"]:
             level += f" ({row['n_not_converged']} not converged)"
         if row["variant"] == base:
-            lines.append(f"| {row['variant']} | {s['n']} | {level} | (baseline) | — | — | — | — | — |")
+            lines.append(f"| {row['variant']} | {s['n']} | {level} | (baseline) | — | — | — | — | — | — |")
             continue
         ci, test = row["ci"] or {}, row["test"]
         diff = "n/a" if row["difference"] is None else ("+" if row["difference"] >= 0 else "−") + f(abs(row["difference"]))
@@ -225,5 +226,6 @@ def primary_table(primary: dict, heading: str = "##") -> list[str]:
         ph = "n/a" if row["p_holm"] is None else f"{row['p_holm']:.3g}"
         det = "n/a" if row["detectable"] is None else f(row["detectable"])
         kind = "paired t" if row["paired"] else "Welch"
-        lines.append(f"| {row['variant']} | {s['n']} | {level} | {diff} | {interval} | {kind} | {p} | {ph} | {det} |")
+        lines.append(f"| {row['variant']} | {s['n']} | {level} | {diff} | {interval} | {kind} | {row['n_compared']} | "
+                     f"{p} | {ph} | {det} |")
     return [*lines, ""]

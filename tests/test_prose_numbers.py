@@ -1,0 +1,361 @@
+"""Every measured number in the prose of the magnitude, boneless, magnitude-long, rank and consensus study pages
+is recomputed from results/.
+
+The prose of a page is its text outside the generated blocks (``<!-- NAME:BEGIN -->`` ... ``<!-- NAME:END -->``
+with a name docs/generate.py writes; the hand-written ``MAGNITUDE-TEXT`` and ``BONELESS-TEXT`` blocks are prose),
+tables (lines starting with ``|``), code (fenced, or indented by four spaces), headings, inline `code` and link
+targets. A measured number is one of:
+
+- a number with three or more decimals (1.5417, 0.00171, 0.024);
+- a percentage with a decimal (96.2%);
+- a number with a thousands separator (4,981 or 1,001.22);
+- a ratio with a decimal (4.77x; both ends of a range such as 1.93-1.96x).
+
+Integers, numbers with one or two decimals, scientific notation (1e-3, 7.8e7), sizes such as 0.84M and arXiv ids
+fall outside these rules, so settings, seeds, step counts, years and section numbers are not extracted.
+
+Each measured number must stand (a) in what ``attnlab report`` computes from the results/ directories the page draws
+on (``results_tables`` of the directories of its ``RESULTS`` blocks and of ``EXTRA_DIRS``), or (b) in the page's own
+generated blocks (tests/test_docs.py checks those against results/), or (c) inside a phrase of ``RECOMPUTED``,
+whose function rebuilds the phrase from the raw files under results/ (metrics.jsonl, summary.json, results.json,
+benchmark JSON) at the page's precision. ``NOT_MEASURED`` lists the few numbers the rules catch that are not
+measurements; ``NOT_SHIPPED`` the measurements whose raw output results/ does not hold, so that no test can
+recompute them: each entry says why, and every entry of the three lists must still stand on its page.
+"""
+
+import functools
+import importlib.util
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDIES = ROOT / "docs" / "studies"
+RESULTS = ROOT / "results"
+PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consensus.md")
+
+# results/ directories a page quotes besides those of its own RESULTS blocks: magnitude-long.md's section on the
+# capability tasks quotes the hijack sweep of the exact prefix prior (part 2) and of the low-rank one (part 3).
+EXTRA_DIRS = {"magnitude-long.md": ("hijack-mixed-2", "hijack-mixed-3")}
+
+
+def _generate():
+    spec = importlib.util.spec_from_file_location("docs_generate", ROOT / "docs" / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+generate = _generate()
+
+MEASURED = re.compile(r"""(?<![\w.,])(?<![Aa]r[Xx]iv:)(?<![Aa]r[Xx]iv\ )(?:  # not part of a word or an arXiv id
+      (?P<ratio>\d+\.\d+(?:-\d+\.\d+)?)x\b        # 4.77x; a range 1.93-1.96x gives both ends
+    | (?P<percent>\d+\.\d+)%                      # 96.2%
+    | (?P<thousands>\d{1,3}(?:,\d{3})+(?:\.\d+)?)  # 4,981; 1,001.22
+    | (?P<decimal>\d+\.\d{3,})                    # 1.5417; 0.00171
+    )(?![\w.,]?\d)""", re.X)
+
+
+def measured_numbers(text: str) -> list[tuple[str, str, int, int]]:
+    """(number as written, kind, start, end) of every measured number in ``text``; a ratio is written with its x."""
+    found = []
+    for m in MEASURED.finditer(text):
+        kind = m.lastgroup
+        if kind == "ratio":
+            start = m.start()
+            for end_ in m.group("ratio").split("-"):
+                found.append((end_ + "x", kind, start, start + len(end_)))
+                start += len(end_) + 1
+        else:
+            found.append((m.group(kind), kind, m.start(), m.end()))
+    return found
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def prose(text: str) -> tuple[str, str]:
+    """A page's prose, whitespace made single spaces, and the same text with inline code, link targets and image
+    paths blanked out (same length, so positions agree): numbers are read from the second, phrases from the first."""
+
+    def block(m: re.Match) -> str:
+        return "" if m.group(1).startswith(generate.GENERATED) else m.group(2)
+
+    text = generate.BLOCK.sub(block, text)
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    lines, code, blank = [], False, True
+    for line in text.splitlines():
+        code = line.startswith("    ") and (blank or code)
+        blank = not line.strip()
+        if code or line.lstrip().startswith(("|", "#", "<!--")):
+            continue
+        lines.append(line)
+    flat = _flat("\n".join(lines))
+    masked = re.sub(r"`[^`]*`|\]\([^)]*\)", lambda m: " " * len(m.group(0)), flat)
+    return flat, masked
+
+
+@functools.cache
+def _sources(page: str) -> tuple[str, str]:
+    """What ``attnlab report`` prints for the page's results directories, and the page's generated blocks."""
+    from attnlab.experiments.report import read_results, results_tables
+
+    text = (STUDIES / page).read_text()
+    dirs = [*re.findall(r"<!-- RESULTS:([\w-]+):BEGIN -->", text), *EXTRA_DIRS.get(page, ())]
+    tables = "".join(results_tables(read_results(RESULTS / d)[0], heading="####") for d in dirs)
+    blocks = "".join(m.group(2) for m in generate.BLOCK.finditer(text) if m.group(1).startswith(generate.GENERATED))
+    return tables, blocks
+
+
+def _stands_in(number: str, kind: str, text: str) -> bool:
+    """Whether ``number`` stands in ``text`` as a whole number (not as a part of a longer one). A ratio must stand
+    with its x; a percentage may stand without its % (the results tables print accuracies in % without the sign)."""
+    bare = number[:-1] if kind == "ratio" else number
+    tail = "x" if kind == "ratio" else r"(?![\d]|[.,]\d)"
+    return re.search(rf"(?<![\d.,]){re.escape(bare)}{tail}", text) is not None
+
+
+# ------------------------------------------------------------------------------------------ recomputed from results/
+
+
+def _summaries(name: str, variant: str) -> list[dict]:
+    """The summary.json of each seed of a variant, in seed order."""
+    return [json.loads(f.read_text()) for f in sorted((RESULTS / name / variant).glob("seed*/summary.json"))]
+
+
+def _finals(name: str, variant: str) -> list[float]:
+    return [s["final_val_loss"] for s in _summaries(name, variant)]
+
+
+def _gap(name: str, variant: str) -> float:
+    """Mean final validation loss of ``variant`` minus that of standard."""
+    return statistics.mean(_finals(name, variant)) - statistics.mean(_finals(name, "standard"))
+
+
+def _welch_p(name: str, variant: str) -> float:
+    """Welch's t-test of the variant's final validation losses against standard's (scipy, not attnlab's)."""
+    from scipy import stats
+
+    return float(stats.ttest_ind(_finals(name, variant), _finals(name, "standard"), equal_var=False).pvalue)
+
+
+def _speed(name: str, variant: str, threads: str | None = None) -> float:
+    """Mean tokens/s of the variant's runs (only those whose device_name ends in ``(threads)``, if given)."""
+    runs = [s for s in _summaries(name, variant) if threads is None or s["device_name"].endswith(f"({threads})")]
+    return statistics.mean(s["tokens_per_s"] for s in runs)
+
+
+def _evals(name: str, variant: str, seed: int) -> dict[int, float]:
+    """{step: validation loss} of one run."""
+    from attnlab.rundir import read_metrics
+
+    rows = read_metrics(RESULTS / name / variant / f"seed{seed}")
+    return {m["step"]: m["val_loss"] for m in rows if m.get("val_loss") is not None}
+
+
+def _val(name: str, variant: str, step: int) -> float:
+    """The validation loss at ``step``, mean over the variant's seeds."""
+    seeds = [int(p.name[4:]) for p in sorted((RESULTS / name / variant).glob("seed*"))]
+    return statistics.mean(_evals(name, variant, s)[step] for s in seeds)
+
+
+def _gate_mean(name: str, variant: str, key: str) -> float:
+    """A magnitude gate statistic (mag/L<i>/<key>) at each run's last logged step, mean over layers, then seeds."""
+    from attnlab.rundir import read_metrics
+
+    values = []
+    for run in sorted((RESULTS / name / variant).glob("seed*")):
+        last = [m for m in read_metrics(run) if f"mag/L0/{key}" in m][-1]
+        values.append(statistics.mean(v for k, v in last.items() if re.fullmatch(rf"mag/L\d+/{key}", k)))
+    return statistics.mean(values)
+
+
+def _bench(*path: str) -> dict:
+    """{(row, T) or (row, T, block): result} of a saved benchmarks/magnitude.py run under results/."""
+    rows = json.loads(RESULTS.joinpath(*path).read_text())["results"]
+    return {(r["row"], r["seq"], *(() if r.get("chunk") is None else (r["chunk"],))): r for r in rows}
+
+
+def _cpu(row: str, seq: int) -> dict:
+    """A row of the idle CPU run of benchmarks/magnitude.py --long."""
+    return _bench("magnitude-lowrank", "bench_long.json")[row, seq]
+
+
+def _gpu(row: str, seq: int) -> dict:
+    """A row of the H200's benchmarks/magnitude.py --long run."""
+    return _bench("benchmarks", "cuda", "magnitude_long.json")[row, seq]
+
+
+def _gpu_sweep(row: str, seq: int, *block: int) -> dict:
+    """A row of the H200's sweep of the prefix form's block size (the explicit path: no block)."""
+    return _bench("benchmarks", "cuda", "magnitude_chunks.json")[(row, seq, *block)]
+
+
+def _clamp_gate_medians() -> list[float]:
+    """The median clamp-gate error of every row of the synthetic-key error table."""
+    rows = json.loads((RESULTS / "magnitude-lowrank" / "error.json").read_text())
+    return [r["gate_clamp"]["median"] for r in rows]
+
+
+def _span(values, fmt: str) -> str:
+    """The range "low-high" of the values, as the page prints them."""
+    texts = sorted((format(v, fmt) for v in values), key=float)
+    return f"{texts[0]}-{texts[-1]}"
+
+
+@functools.cache
+def _colours_cosine() -> dict:
+    """consensus.md has no results/ folder: its colour numbers are recomputed by running the seeded measurement,
+    `attnlab cluster-colors --kernel dot --qk-norm --scale 1000` on the default image (about 5 s)."""
+    from attnlab.analysis.colors import cluster_colors
+
+    return cluster_colors(kernel="dot", qk_norm=True, scale=1000.0)
+
+
+LONG, LONG2, LOW = "magnitude-long", "magnitude-long-2", "magnitude-causal-lowrank"
+
+# {page: {phrase as the page writes it: a function that rebuilds the phrase from results/}}. Each phrase holds
+# numbers that results/ does not print as such (a difference, a ratio, a rounding, a per-seed value); its
+# function recomputes them from the raw files at the page's precision.
+RECOMPUTED = {
+    "magnitude.md": {
+        "by +0.024 nats/char (Welch p = 0.0017) and `magnitude-prefix` by +0.018 (p = 0.015)":
+            lambda: "by {:+.3f} nats/char (Welch p = {:.2g}) and `magnitude-prefix` by {:+.3f} (p = {:.2g})".format(
+                *(f("magnitude", v) for v in ("magnitude-causal", "magnitude-prefix") for f in (_gap, _welch_p))),
+        "training at 0.54x and 0.47x of its tokens per second":
+            lambda: "training at {:.2f}x and {:.2f}x of its tokens per second".format(
+                *(_speed("magnitude", v) / _speed("magnitude", "standard")
+                  for v in ("magnitude-causal", "magnitude-prefix"))),
+        # magnitude-prefix seed 2's summary says "(2 threads)": the runs that stayed on one thread
+        "its one-thread runs reach 0.38x":
+            lambda: f"its one-thread runs reach "
+                    f"{_speed('magnitude', 'magnitude-prefix', '1 threads') / _speed('magnitude', 'standard'):.2f}x",
+        "|X|/N of 0.071 and 0.092":
+            lambda: "|X|/N of {:.3f} and {:.3f}".format(
+                *(_gate_mean("magnitude", v, "magnitude_over_n") for v in ("magnitude-causal", "magnitude-prefix"))),
+    },
+    "boneless.md": {
+        "10,131 tokens/s against 9,550 and 9,570 for seeds 0 and 1":
+            lambda: "{2:,.0f} tokens/s against {0:,.0f} and {1:,.0f} for seeds 0 and 1".format(
+                *(s["tokens_per_s"] for s in _summaries("boneless", "residual-qk"))),
+        # the n-gram reference is scored on the runs' validation targets: the comparison's eval_tokens setting
+        "on the same 65,536 validation targets":
+            lambda: "on the same {:,} validation targets".format(
+                json.loads((RESULTS / "boneless" / "results.json").read_text())["settings"]["train"]["eval_tokens"]),
+        "(step 600: 2.037 and 2.029 against 2.076)":
+            lambda: "(step 600: {:.3f} and {:.3f} against {:.3f})".format(
+                *(_val("boneless", v, 600) for v in ("identity-qk", "residual-qk", "standard"))),
+    },
+    "magnitude-long.md": {
+        "3.8x the time of SDPA at T = 1024":
+            lambda: f"{_cpu('magnitude-causal', 1024)['fwd_bwd_ratio']:.1f}x the time of SDPA at T = 1024",
+        # 0.001 also stands in the error table as an eps; the phrase ties it to the clamp gate's medians
+        "(medians 0.001-0.08 of a gate in [0.5, 0.73])":
+            lambda: f"(medians {min(_clamp_gate_medians()):.3f}-{max(_clamp_gate_medians()):.2f} of a gate in "
+                    "[0.5, 0.73])",
+        "with a peak memory of 1.93-1.96x SDPA's":
+            lambda: "with a peak memory of " + _span(
+                [(lambda r: r["peak_mb"] / r["sdpa_peak_mb"])(_cpu("lowrank-causal", t)) for t in (1024, 2048, 4096)],
+                ".2f") + "x SDPA's",
+        "block by block it runs 3.3x and 5.3x faster":
+            lambda: "block by block it runs {:.1f}x and {:.1f}x faster".format(
+                *(_cpu("lowrank-prefix-explicit", t)["fwd_bwd_ms"] / _cpu("lowrank-prefix", t)["fwd_bwd_ms"]
+                  for t in (1024, 2048))),
+        # the block form's ratios in the idle run, against those of the loaded one
+        "against 2.2-2.5x idle":
+            lambda: f"against {_span([_cpu('lowrank-prefix', t)['fwd_bwd_ratio'] for t in (1024, 2048)], '.1f')}x idle",
+        "the causal form costs 4.3x, 4.2x and 2.6x (T = 1024, 2048, 4096)":
+            lambda: "the causal form costs {:.1f}x, {:.1f}x and {:.1f}x (T = 1024, 2048, 4096)".format(
+                *(_gpu("lowrank-causal", t)["fwd_bwd_ratio"] for t in (1024, 2048, 4096))),
+        "brought it to 1.35x, 1.60x and 1.15x the explicit path's time":
+            lambda: "brought it to {:.2f}x, {:.2f}x and {:.2f}x the explicit path's time".format(
+                *(_gpu_sweep("lowrank-prefix", t, 256)["fwd_bwd_ms"]
+                  / _gpu_sweep("lowrank-prefix-explicit", t)["fwd_bwd_ms"] for t in (1024, 2048, 4096))),
+        "fell from 2.5541 at step 100 to 2.4780 at step 500":
+            lambda: "fell from {:.4f} at step 100 to {:.4f} at step 500".format(
+                *(_evals(LONG, "standard", 0)[t] for t in (100, 500))),
+        "trains at 3.3x the exact form's speed":
+            lambda: f"trains at {_speed(LONG, LOW) / _speed(LONG, 'magnitude-causal'):.1f}x the exact form's speed",
+        "so 0.73x of it":
+            lambda: f"so {_speed(LONG, LOW) / _speed(LONG, 'standard'):.2f}x of it",
+        # 0.0021 and 0.0061 also stand, by chance, in a std and in a cell of the error table
+        "with its three seeds within 0.0021 of each other":
+            lambda: "with its three seeds within {:.4f} of each other".format(
+                max(_finals(LONG2, LOW)) - min(_finals(LONG2, LOW))),
+        "the gap is +0.0019 at step 600 and +0.0061 at step 1000":
+            lambda: "the gap is {:+.4f} at step 600 and {:+.4f} at step 1000".format(
+                *(_val(LONG2, LOW, t) - _val(LONG2, "standard", t) for t in (600, 1000))),
+        "went from 2.5250 at step 200 to 2.4211 at step 1200":
+            lambda: "went from {:.4f} at step 200 to {:.4f} at step 1200".format(
+                *(_evals(LONG2, "standard", 0)[t] for t in (200, 1200))),
+    },
+    "rank.md": {},
+    "consensus.md": {
+        # the one-colour baseline depends only on the seeded sample of pixels, not on the consensus settings
+        "The one-colour (mean) baseline has MSE 0.0846.":
+            lambda: f"The one-colour (mean) baseline has MSE {_colours_cosine()['mean'].mse:.4f}.",
+        "8 colours, MSE 0.0159, against 0.0036 for k-means":
+            lambda: f"{_colours_cosine()['consensus'].colors} colours, MSE {_colours_cosine()['consensus'].mse:.4f}, "
+                    f"against {_colours_cosine()['kmeans'].mse:.4f} for k-means",
+    },
+}
+
+# {page: {phrase: why its number is not a measurement}}
+NOT_MEASURED = {
+    # a setting: consensus_palette's min_fraction default (0.005)
+    "consensus.md": {"clusters under 0.5% of the sample are dropped": "the palette's drop threshold, a setting"},
+    # an estimate of the budget still to run, not something measured
+    "magnitude-long.md": {"about 10,000 steps": "a proposed budget, not a measurement"},
+}
+
+# {page: {phrase: where the measurement came from}}: measurements whose raw output results/ does not ship, so that
+# no test can recompute them. Shipping the output (a benchmark JSON under results/) would move them to RECOMPUTED.
+NOT_SHIPPED = {
+    "magnitude.md": {
+        # docs/speed.md's hand-written table of the same benchmark (another run) has 2.27x and 4.77x
+        "that benchmark now gives 2.37x and 5.48x": "a CPU run of benchmarks/attention_layer.py; no JSON in results/",
+        "(global 2.1x at load average 3)": "a CPU run of benchmarks/magnitude.py on a loaded machine; not saved",
+    },
+    "boneless.md": {
+        "unigram 3.344": "attnlab ngram on the Shakespeare text (getting-started.md's table, 3.3437); not saved",
+    },
+    "magnitude-long.md": {
+        "an earlier run with the test suite beside it measured 1.53x": "an earlier benchmarks/magnitude.py --long "
+                                                                        "run; only the idle run is saved",
+    },
+}
+
+
+def test_the_rules_catch_measured_numbers_and_skip_settings():
+    text = ("1.5417 ± 0.0031, p = 0.00171, 96.58%, 4,981 tokens/s, 1,001.22 ms, 4.77x and 1.93-1.96x; not 0.84M, "
+            "lr 1e-3, 2024, seed 1337, 0.02, 12.4, section 3.2, arXiv:2401.12345 or x3")
+    assert [n for n, *_ in measured_numbers(text)] == ["1.5417", "0.0031", "0.00171", "96.58", "4,981", "1,001.22",
+                                                       "4.77x", "1.93x", "1.96x"]
+    flat, masked = prose("Text 1.2345 `code 2.3456` [link 3.4567](a.md#b-4.5678)\n\n    indented 5.6789\n"
+                         "| table | 6.7891 |\n# Heading 7.8912\n```\nfenced 8.9123\n```\n"
+                         "<!-- RESULTS:x:BEGIN -->\ngenerated 9.1234\n<!-- RESULTS:x:END -->\n"
+                         "<!-- SOME-TEXT:BEGIN -->\nhand-written 1.0123\n<!-- SOME-TEXT:END -->\n")
+    assert len(flat) == len(masked)
+    assert [n for n, *_ in measured_numbers(masked)] == ["1.2345", "3.4567", "1.0123"]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_measured_number_in_the_prose_is_recomputed_from_results(page):
+    flat, masked = prose((STUDIES / page).read_text())
+    covered = []
+    for phrase, recompute in RECOMPUTED.get(page, {}).items():
+        assert recompute() == phrase, f"results/ give {recompute()!r}; the entry (and {page}?) say {phrase!r}"
+    for phrase in [*RECOMPUTED.get(page, {}), *NOT_MEASURED.get(page, {}), *NOT_SHIPPED.get(page, {})]:
+        starts = [m.start() for m in re.finditer(re.escape(phrase), flat)]
+        assert starts, f"{page} no longer says {phrase!r}: correct the page to it, or drop or update the entry"
+        covered += [(s, s + len(phrase)) for s in starts]
+    tables, blocks = _sources(page)
+    unverified = [f"{number} in ...{flat[max(0, start - 60):end + 20]}..."
+                  for number, kind, start, end in measured_numbers(masked)
+                  if not any(s <= start and end <= e for s, e in covered)
+                  and not _stands_in(number, kind, tables) and not _stands_in(number, kind, blocks)]
+    assert not unverified, "numbers in the prose that results/ does not give:\n" + "\n".join(unverified)
