@@ -5,6 +5,7 @@
     attnlab train --resume runs/20261122-101500-standard
     attnlab compare --variants standard gqa rbf --seeds 0 1 2 --jobs 2
     attnlab compare --experiment boneless --jobs 2    # a shipped comparison; `attnlab experiments` lists them
+    attnlab sweep --experiment recall-mqar-1 --set train.lr=1e-3,3e-3   # one comparison per value; best per variant
     attnlab sample runs/20261122-101500-standard --tokens 300
     attnlab variants
     attnlab swap runs/hijack-v2/standard/seed0 --attention magnitude-prefix-logits   # a prior on at test time
@@ -75,27 +76,44 @@ def _final_line(summary: dict) -> str:
             f"run written to {summary.get('out_dir', '')}")
 
 
-def cmd_compare(args) -> int:
+def _comparison(args):
+    """(base config, variants, seeds, out_dir, primary) of a compare or sweep command line."""
     from .errors import ConfigError
-    from .experiments import compare, load_experiment
+    from .experiments import load_experiment
 
     if args.experiment:  # a shipped grid; --variants / --seeds / --out-dir and KEY=VALUE may still adjust it
         if args.preset or args.config or args.data:
             raise ConfigError(f"--experiment {args.experiment} sets its own preset and data; "
                               f"adjust it with KEY=VALUE overrides instead of --preset/--config/--data")
         exp = load_experiment(args.experiment)
-        base = exp.base_config(args.overrides)
-        variants, seeds, out_dir = args.variants or exp.variants, args.seeds or exp.seeds, args.out_dir or exp.out_dir
-        primary = args.primary or exp.primary
-    elif not args.variants:
-        raise ConfigError("compare needs --variants NAME [NAME ...] or --experiment NAME "
+        return (exp.base_config(args.overrides), args.variants or exp.variants, args.seeds or exp.seeds,
+                args.out_dir or exp.out_dir, args.primary or exp.primary)
+    if not args.variants:
+        raise ConfigError(f"{args.command} needs --variants NAME [NAME ...] or --experiment NAME "
                           "(see `attnlab experiments`)")
-    else:
-        base, variants, seeds, out_dir = _run_config(args), args.variants, args.seeds or [0, 1, 2], args.out_dir
-        primary = args.primary
+    return _run_config(args), args.variants, args.seeds or [0, 1, 2], args.out_dir, args.primary
+
+
+def cmd_compare(args) -> int:
+    from .experiments import compare
+
+    base, variants, seeds, out_dir, primary = _comparison(args)
     report = compare(base, variants, seeds, out_dir or "runs/compare", quiet=args.quiet,
                      jobs=args.jobs, threads=args.threads, primary=primary)
     print(f"report: {report}")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from .experiments.grid_sweep import parse_sweep, sweep
+
+    key, values = parse_sweep(args.set)
+    base, variants, seeds, out_dir, primary = _comparison(args)
+    out_dir = f"{out_dir or 'runs/compare'}-sweep"
+    path = sweep(base, key, values, variants, seeds, out_dir, primary=primary, jobs=args.jobs,
+                 threads=args.threads, quiet=args.quiet)
+    print(path.read_text(encoding="utf-8"), end="")
+    print(f"sweep: {path}")
     return 0
 
 
@@ -371,6 +389,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--primary", help="the primary metric, declared before the runs: val_loss, val_accuracy or a "
                                      "hook's key (e.g. hijack/synonym-m32/accuracy); the report tests it with Holm")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("sweep", help="one comparison per value of a setting (e.g. the learning rate); the best value "
+                                     "per variant")
+    p.add_argument("--set", required=True, help="KEY=V1,V2,... e.g. train.lr=1e-3,3e-3,1e-2 (one comparison each, "
+                                                "in OUT_DIR-sweep/KEY=VALUE/)")
+    _add_config_args(p)
+    p.add_argument("--experiment", help="a shipped comparison (see `attnlab experiments`), e.g. boneless, magnitude")
+    p.add_argument("--variants", nargs="+", help="variant names; the first is the baseline")
+    p.add_argument("--seeds", nargs="+", type=int, help="training seeds (default 0 1 2)")
+    p.add_argument("--out-dir", help="where runs and report.md go (resumable; default runs/compare)")
+    p.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process (default 1)")
+    p.add_argument("--threads", type=int, help="CPU threads per run (default: all cores divided by --jobs)")
+    p.add_argument("--primary", help="the primary metric, declared before the runs: val_loss, val_accuracy or a "
+                                     "hook's key (e.g. hijack/synonym-m32/accuracy); the report tests it with Holm")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("report", help="rewrite a comparison's report.md from its runs so far (trains nothing)")
     p.add_argument("out_dir", help="a comparison directory (holds compare.toml), e.g. runs/magnitude")
