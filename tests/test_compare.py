@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import scipy.stats
 
-from attnlab.configio import load_config, save_toml
+from attnlab.configio import load_config, load_toml, save_toml
 from attnlab.errors import ConfigError
 from attnlab.experiments import compare, describe, run_config, run_dir, welch_ttest, write_report
 from attnlab.experiments.compare import check_or_write_spec, spec_dict
@@ -493,8 +493,7 @@ def test_compare_refuses_a_different_existing_comparison(tmp_path):
     longer = tiny().replace(train=tiny().train.replace(max_steps=60))
     cases = [
         (longer, ["standard", "gqa"], [0, 1], r"train\.max_steps: 30 -> 60"),
-        (tiny(), ["standard", "gqa"], [0, 1, 2], r"seeds: \[0, 1\] -> \[0, 1, 2\]"),
-        (tiny(), ["standard", "mqa"], [0, 1], r"variants: \['standard', 'gqa'\] -> \['standard', 'mqa'\]"),
+        (tiny(), ["gqa", "standard"], [0, 1], r"baseline \(the first variant\): \['standard'\] -> \['gqa'\]"),
     ]
     for base, variants, seeds, match in cases:
         fake = FakeTrainer()
@@ -507,6 +506,21 @@ def test_compare_refuses_a_different_existing_comparison(tmp_path):
     fake = FakeTrainer()
     compare(same, ["standard", "gqa"], [0, 1], tmp_path, quiet=True, train_fn=fake)
     assert fake.calls == []
+
+
+def test_compare_in_parts_extends_the_grid(tmp_path):
+    """Other seeds or variants on the same settings and baseline extend the comparison: only the new runs train,
+    compare.toml lists the union, and the report covers every run."""
+    compare(tiny(), ["standard", "gqa"], [0, 1], tmp_path, quiet=True, train_fn=FakeTrainer())
+    fake = FakeTrainer()
+    compare(tiny(), ["standard", "gqa"], [2], tmp_path, quiet=True, train_fn=fake)
+    assert [(v, s) for v, s, _, _ in fake.calls] == [("standard", 2), ("gqa", 2)]
+    fake = FakeTrainer()
+    report = compare(tiny(), ["standard", "mqa"], [0, 1, 2], tmp_path, quiet=True, train_fn=fake)
+    assert [(v, s) for v, s, _, _ in fake.calls] == [("mqa", 0), ("mqa", 1), ("mqa", 2)]
+    spec = load_toml(tmp_path / "compare.toml")
+    assert spec["variants"] == ["standard", "gqa", "mqa"] and spec["seeds"] == [0, 1, 2]
+    assert table_rows(report)["gqa"][0] == "3/3" and table_rows(report)["mqa"][0] == "3/3"
 
 
 def test_compare_written_before_a_new_setting_still_resumes(tmp_path):

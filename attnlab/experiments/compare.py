@@ -10,7 +10,8 @@ Layout of ``out_dir``::
 
 Rerunning the same comparison resumes it: finished runs are skipped, runs with a checkpoint are resumed,
 the rest start fresh. A diverged run is recorded (not retried). A ``compare.toml`` with different settings
-is refused, so a resumed comparison can never silently mix token budgets.
+is refused, so a resumed comparison can never silently mix token budgets; other variants or seeds on the same
+settings and baseline extend it (``compare.toml`` lists the union), so a grid can run in parts.
 
 ``jobs > 1`` trains that many runs at once, each in its own ``attnlab train`` process with
 ``threads`` CPU threads (default: this process's torch threads divided by ``jobs``); their output goes to
@@ -115,23 +116,40 @@ def _with_defaults(spec: dict, cls) -> dict:
     return spec_dict(cfg, spec.get("variants", []), spec.get("seeds", []), spec.get("primary"))
 
 
-def check_or_write_spec(out_dir: Path, spec: dict, type_of_base=None) -> bool:
-    """Write ``out_dir/compare.toml``, or check that the one already there is ``spec``; True when resuming.
+def _union(old: list, new: list) -> list:
+    """``old`` followed by the items of ``new`` it lacks, in their order."""
+    return list(old) + [x for x in new if x not in old]
 
-    A different existing spec is a one-line ConfigError naming the differing keys; settings missing from the
-    existing file count as ``type_of_base``'s defaults (see :func:`_with_defaults`).
+
+def check_or_write_spec(out_dir: Path, spec: dict, type_of_base=None) -> bool:
+    """Write ``out_dir/compare.toml``, or check ``spec`` against the one already there; True when resuming.
+
+    The same base config (every setting but the per-run variant and seed) and the same baseline (the first variant)
+    resume the comparison, whatever variants and seeds this call trains: the file then lists the union of both, so
+    a grid can be run in parts (``--seeds 0 1 2 3 4`` now, the other seeds later) and reported as one. Any other
+    difference is a one-line ConfigError naming the differing keys; settings missing from the existing file count
+    as ``type_of_base``'s defaults (see :func:`_with_defaults`).
     """
     path = out_dir / SPEC_FILE
     if not path.exists():
         save_toml(spec, path)
         return False
-    diffs = spec_differences(_with_defaults(load_toml(path), type_of_base), spec)
+    old = _with_defaults(load_toml(path), type_of_base)
+    lists = ("variants", "seeds")
+    diffs = spec_differences({k: v for k, v in old.items() if k not in lists},
+                             {k: v for k, v in spec.items() if k not in lists})
+    old_variants = old.get("variants") or []
+    if old_variants[:1] != spec["variants"][:1]:
+        diffs.append(f"baseline (the first variant): {old_variants[:1]} -> {spec['variants'][:1]}")
     if diffs:
         shown = "; ".join(diffs[:5]) + (f"; and {len(diffs) - 5} more" if len(diffs) > 5 else "")
         raise ConfigError(
             f"{out_dir} already holds a different comparison ({SPEC_FILE}: {shown}); "
             f"use a new out_dir, or rerun with the same settings to resume"
         )
+    merged = {**old, **{key: _union(old.get(key) or [], spec[key]) for key in lists}}
+    if any(merged[key] != (old.get(key) or []) for key in lists):
+        save_toml(merged, path)
     return True
 
 
