@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import scipy.stats
+from statsmodels.stats.multitest import multipletests
 
 from attnlab.configio import load_config, load_toml, save_toml
 from attnlab.errors import ConfigError
@@ -710,9 +711,10 @@ def test_report_hijack_sweep_from_planted_metrics(tmp_path):
     rows = {c[0]: c[1:] for c in ([x.strip() for x in line.strip("|").split("|")] for line in table)}
     pct = lambda xs: f"{100 * statistics.mean(xs):.1f} ± {100 * statistics.stdev(xs):.1f}"
     assert rows["standard"] == ["3", pct(acc["standard", 0]), pct(acc["standard", 16])]
-    for m, cell in zip(ms, rows["magnitude-prefix"][1:]):
-        p = scipy.stats.ttest_ind(acc["magnitude-prefix", m], acc["standard", m], equal_var=False).pvalue
-        assert cell == f"{pct(acc['magnitude-prefix', m])} (p {p:.2g})"
+    ps = [scipy.stats.ttest_ind(acc["magnitude-prefix", m], acc["standard", m], equal_var=False).pvalue for m in ms]
+    adjusted = multipletests(ps, method="holm")[1]  # the family: every (variant, m) test against the baseline
+    for m, p, h, cell in zip(ms, ps, adjusted, rows["magnitude-prefix"][1:]):
+        assert cell == f"{pct(acc['magnitude-prefix', m])} (p {p:.2g}; Holm {h:.2g})"
     mass = text[text.index("## Hijack sweep: where"):]
     assert f"| standard | {statistics.mean([0.9, 0.8, 0.7]):.3f} ± {statistics.stdev([0.9, 0.8, 0.7]):.3f} / 0.000 ± 0.000 | " in mass
     assert (tmp_path / "hijack_accuracy.png").stat().st_size > 0 and (tmp_path / "hijack_mass.png").exists()
@@ -723,7 +725,8 @@ def test_report_hijack_sweep_from_planted_metrics(tmp_path):
 def test_hijack_summary_joins_the_parts_with_one_baseline_and_each_parts_speed_ratio(tmp_path):
     """hijack_summary (the HIJACK-SUMMARY block of docs/generate.py): the baseline once, from the first part, every
     other variant from its part with its accuracy (mean ± std, Welch's p against its own part's baseline, checked
-    against scipy) at each m > 0, and tokens/s over its own part's baseline."""
+    against scipy, and Holm's adjustment within that part, checked against statsmodels) at each m > 0, and tokens/s
+    over its own part's baseline."""
     from attnlab.experiments.hijack_report import hijack_summary
     from attnlab.experiments.report import read_results
 
@@ -740,10 +743,14 @@ def test_hijack_summary_joins_the_parts_with_one_baseline_and_each_parts_speed_r
     pct = lambda xs: f"{100 * statistics.mean(xs):.1f} ± {100 * statistics.stdev(xs):.1f}"
     p = lambda a, b: scipy.stats.ttest_ind(a, b, equal_var=False).pvalue
     assert text.splitlines()[0] == "| variant | part | m = 4 | tokens/s vs baseline |"
+    # Holm within each part: h-1 has one test (at m = 0 both sides are constant: no test), h-2 two
+    p1 = p(acc1["rbf", 4], acc1["standard", 4])
+    p2 = [p(acc2["magnitude-prefix", m], acc2["standard", m]) for m in ms]
+    h2 = multipletests(p2, method="holm")[1][1]
     assert rows == [["standard", "h-1", pct(acc1["standard", 4]), "1.00x"],
-                    ["rbf", "h-1", f"{pct(acc1['rbf', 4])} (p {p(acc1['rbf', 4], acc1['standard', 4]):.2g})", "0.50x"],
-                    ["magnitude-prefix", "h-2", f"{pct(acc2['magnitude-prefix', 4])} "
-                     f"(p {p(acc2['magnitude-prefix', 4], acc2['standard', 4]):.2g})", "0.75x"]]
+                    ["rbf", "h-1", f"{pct(acc1['rbf', 4])} (p {p1:.2g}; Holm {p1:.2g})", "0.50x"],
+                    ["magnitude-prefix", "h-2", f"{pct(acc2['magnitude-prefix', 4])} (p {p2[1]:.2g}; Holm {h2:.2g})",
+                     "0.75x"]]
 
 
 def test_hijack_protocol_sets_the_fixed_runs_beside_the_same_seeds_and_all_seeds_of_the_mixed_part(tmp_path):

@@ -1,11 +1,14 @@
-"""The hijack sweep of a comparison on ``task:hijack``: accuracy and attention mass against the cluster size m.
+"""The hijack sweep of a comparison on ``task:hijack`` or ``task:hijack-v2``: accuracy and attention mass against
+the cluster size m.
 
-Every hijack run logs, at each evaluation, ``hijack/m<m>/accuracy``, ``/unique`` and ``/cluster``
+Every hijack run logs, at each evaluation, ``hijack/<cell>/accuracy``, ``/unique`` and ``/cluster``
 (:class:`attnlab.train.hooks.HijackSweepHook`: the accuracy at the hijack query on fixed sequences with exactly m
-cluster copies, and the retrieval head's attention mass on the unique binding and on the cluster). This module
-reads the last evaluation of every finished run and gives, per variant and m,
+cluster copies, and the retrieval head's attention mass on the unique binding and on the cluster); a cell is
+``m<m>`` for hijack and ``<kind>-m<m>`` for hijack-v2 (kind: exact, synonym or mediocre clusters). This module
+reads the last evaluation of every finished run and gives, per variant and cell,
 
-    accuracy      mean ± std over seeds (%), the difference from the baseline in points and Welch's test
+    accuracy      mean ± std over seeds (%), Welch's test against the baseline and Holm's adjustment over every
+                  such test of the comparison
     unique mass   mean ± std of the retrieval head's mass on the unique binding
     cluster mass  mean ± std of its mass on the m cluster bindings
 
@@ -21,34 +24,56 @@ from pathlib import Path
 
 from ..rundir import HIJACK_ACCURACY_FILE as ACCURACY_FILE
 from ..rundir import HIJACK_MASS_FILE as MASS_FILE
-from .stats import describe, mean_std_text, welch_ttest
+from .stats import describe, holm, mean_std_text, welch_ttest
 
-__all__ = ["hijack_protocol", "hijack_results", "hijack_summary", "hijack_tables", "plot_hijack"]
+__all__ = ["cell_key", "hijack_protocol", "hijack_results", "hijack_summary", "hijack_tables", "plot_hijack"]
 
-_KEY = re.compile(r"^hijack/m(\d+)/(accuracy|unique|cluster)$")
+_KEY = re.compile(r"^hijack/(?:([a-z]+)-)?m(\d+)/(accuracy|unique|cluster)$")
 MASSES = ("unique", "cluster")  # the retrieval head's mass on the unique binding, on the cluster
 STATS = ("accuracy", *MASSES)
+KINDS = ("", "exact", "synonym", "mediocre")  # hijack's cells have no kind; hijack-v2's name the cluster's kind
+KIND_TITLES = {"": "", "exact": " (exact clusters: one token repeated)",
+               "synonym": " (near-synonym clusters: each copy its own spelling)",
+               "mediocre": " (mediocre clusters: synonyms against a target spelled as the query)"}
+
+
+def cell_key(kind: str, m: int) -> str:
+    """The key of a sweep cell in the results: ``"16"`` for hijack's m = 16, ``"exact-16"`` for hijack-v2's."""
+    return f"{kind}-{m}" if kind else str(m)
+
+
+def _metric(kind: str, m: int, stat: str) -> str:
+    return f"hijack/{kind + '-' if kind else ''}m{m}/{stat}"
 
 
 def hijack_results(records, variants: list[str]) -> dict | None:
-    """{"ms": [...], "variants": [{"variant", "n", "m": {m: {stat: summary, "welch": ...}}}]} from the usable
-    runs' last ``hijack/`` diagnostics; None when no run logged any. The first variant is the baseline."""
-    ms = sorted({int(m.group(1)) for r in records for k in r.diagnostics if (m := _KEY.match(k))})
-    if not ms:
+    """{"baseline", "ms", "kinds", "cells": [(kind, m)], "variants": [{"variant", "n", "m": {cell key: {stat:
+    summary, "welch": ..., "p_holm": ...}}}]} from the usable runs' last ``hijack/`` diagnostics; None when no run
+    logged any. The first variant is the baseline; Holm's adjustment runs over every (variant, cell) accuracy test
+    against it."""
+    found = {(k.group(1) or "", int(k.group(2))) for r in records for d in r.diagnostics if (k := _KEY.match(d))}
+    if not found:
         return None
-    values = {v: {(m, s): [r.diagnostics[f"hijack/m{m}/{s}"] for r in records if r.variant == v and r.usable
-                           and f"hijack/m{m}/{s}" in r.diagnostics] for m in ms for s in STATS} for v in variants}
+    cells = sorted(found, key=lambda c: (KINDS.index(c[0]) if c[0] in KINDS else len(KINDS), c[1]))
+    values = {v: {(c, s): [r.diagnostics[_metric(*c, s)] for r in records if r.variant == v and r.usable
+                           and _metric(*c, s) in r.diagnostics] for c in cells for s in STATS} for v in variants}
     base = variants[0]
-    rows = []
+    rows, tests = [], []
     for v in variants:
-        per_m = {}
-        for m in ms:
-            cell = {s: describe(values[v][m, s]).to_dict() for s in STATS}
-            cell["welch"] = None if v == base else welch_ttest(values[v][m, "accuracy"],
-                                                               values[base][m, "accuracy"]).to_dict()
-            per_m[str(m)] = cell
-        rows.append({"variant": v, "n": len(values[v][ms[0], "accuracy"]), "m": per_m})
-    return {"baseline": base, "ms": ms, "variants": rows}
+        per_cell = {}
+        for c in cells:
+            cell = {s: describe(values[v][c, s]).to_dict() for s in STATS}
+            cell["welch"] = None if v == base else welch_ttest(values[v][c, "accuracy"],
+                                                               values[base][c, "accuracy"]).to_dict()
+            if cell["welch"] is not None:
+                tests.append(cell)
+            per_cell[cell_key(*c)] = cell
+        rows.append({"variant": v, "n": len(values[v][cells[0], "accuracy"]), "m": per_cell})
+    for cell, adjusted in zip(tests, holm([c["welch"]["p"] for c in tests])):
+        cell["p_holm"] = adjusted
+    kinds = list(dict.fromkeys(kind for kind, _ in cells))
+    return {"baseline": base, "ms": sorted({m for _, m in cells}), "kinds": kinds, "cells": [list(c) for c in cells],
+            "n_tests": len([c for c in tests if c["welch"]["p"] is not None]), "variants": rows}
 
 
 def _pct(d: dict) -> str:
@@ -58,23 +83,36 @@ def _pct(d: dict) -> str:
 
 
 def _accuracy_cell(cell: dict) -> str:
-    """"mean ± std" in %, and Welch's p against the baseline when there is one."""
+    """"mean ± std" in %, and Welch's p against the baseline (with Holm's adjustment where computed)."""
     p = None if cell["welch"] is None else cell["welch"]["p"]
-    return _pct(cell["accuracy"]) + ("" if p is None else f" (p {p:.2g})")
+    holm_p = cell.get("p_holm")
+    return _pct(cell["accuracy"]) + ("" if p is None else f" (p {p:.2g}" + (
+        "" if holm_p is None else f"; Holm {holm_p:.2g}") + ")")
+
+
+def _cells_of(hijack: dict, kind: str) -> list[int]:
+    return [m for k, m in hijack.get("cells", [("", m) for m in hijack["ms"]]) if k == kind]
 
 
 def hijack_tables(hijack: dict, heading: str = "##") -> list[str]:
-    """Markdown: accuracy at the hijack query per variant and m (with Welch p against the baseline), then the
-    retrieval head's mass on the unique binding and on the cluster."""
-    ms, base = hijack["ms"], hijack["baseline"]
-    lines = [f"{heading} Hijack sweep: accuracy at the hijack query against the cluster size m", "",
-             "Exact match at the final query on fixed sequences with exactly m cluster copies (the same sequences "
-             f"for every run), in %: mean ± std over seeds, and Welch's p against {base} at the same m.", "",
-             "| variant | seeds | " + " | ".join(f"m = {m}" for m in ms) + " |", "|---|---" + "|---" * len(ms) + "|"]
-    for row in hijack["variants"]:
-        cells = [_accuracy_cell(row["m"][str(m)]) for m in ms]
-        lines.append(f"| {row['variant']} | {row['n']} | " + " | ".join(cells) + " |")
-    lines += ["", f"{heading} Hijack sweep: where the retrieval head looks", "",
+    """Markdown: accuracy at the hijack query per variant and cell (with Welch's p against the baseline and Holm's
+    adjustment over the family), a table per kind of cluster; then the retrieval head's mass on the unique binding
+    and on the cluster."""
+    base, lines = hijack["baseline"], []
+    for kind in hijack.get("kinds", [""]):
+        ms = _cells_of(hijack, kind)
+        lines += [f"{heading} Hijack sweep: accuracy at the hijack query against the cluster size m{KIND_TITLES[kind]}",
+                  "", "Exact match at the final query on fixed sequences with exactly m cluster copies (the same "
+                  f"sequences for every run), in %: mean ± std over seeds, and Welch's p against {base} at the same m"
+                  f"; Holm's adjustment over all {hijack.get('n_tests', 0)} such tests of the comparison.", "",
+                  "| variant | seeds | " + " | ".join(f"m = {m}" for m in ms) + " |", "|---|---" + "|---" * len(ms) + "|"]
+        for row in hijack["variants"]:
+            cells = [_accuracy_cell(row["m"][cell_key(kind, m)]) for m in ms]
+            lines.append(f"| {row['variant']} | {row['n']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    kind = hijack.get("kinds", [""])[0]
+    ms = _cells_of(hijack, kind)
+    lines += [f"{heading} Hijack sweep: where the retrieval head looks{KIND_TITLES[kind]}", "",
               "The retrieval head is the (layer, head) with the most attention mass on the unique binding (its key "
               "and value tokens) at the smallest m; its mass at the hijack query on the unique binding / on the m "
               "cluster bindings, mean ± std over seeds. A value gate scales the values after these weights and is "
@@ -82,7 +120,7 @@ def hijack_tables(hijack: dict, heading: str = "##") -> list[str]:
               "| variant | " + " | ".join(f"m = {m}: unique / cluster" for m in ms) + " |",
               "|---" + "|---" * len(ms) + "|"]
     for row in hijack["variants"]:
-        cells = [" / ".join(mean_std_text(row["m"][str(m)][stat], ".3f") for stat in MASSES) for m in ms]
+        cells = [" / ".join(mean_std_text(row["m"][cell_key(kind, m)][stat], ".3f") for stat in MASSES) for m in ms]
         lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
@@ -124,7 +162,7 @@ def hijack_protocol(fixed: tuple[str, list], mixed: list[tuple[str, list]]) -> s
                               if f"hijack/m{m}/accuracy" in r.diagnostics]).to_dict())
 
     name, records = fixed
-    ms = sorted({int(k.group(1)) for r in records for d in r.diagnostics if (k := _KEY.match(d))})
+    ms = sorted({int(k.group(2)) for r in records for d in r.diagnostics if (k := _KEY.match(d)) and not k.group(1)})
     lines = ["| variant | trained as | seeds | " + " | ".join(f"m = {m}" for m in ms) + " |",
              "|---|---|---" + "|---" * len(ms) + "|"]
     for variant in dict.fromkeys(r.variant for r in records):
@@ -153,28 +191,32 @@ def _band(ax, xs, cells, label, **style):
 
 def plot_hijack(hijack: dict, out_dir) -> list[Path]:
     """hijack_accuracy.png (accuracy against m) and hijack_mass.png (unique and cluster mass against m), a line
-    per variant with a ±1 std band; m on a symmetric-log axis so that 0 shows. Returns the paths written."""
+    per variant with a ±1 std band, a row of panels per kind of cluster; m on a symmetric-log axis so that 0 shows.
+    Returns the paths written."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    ms, out_dir, paths = hijack["ms"], Path(out_dir), []
+    kinds, out_dir, paths = hijack.get("kinds", [""]), Path(out_dir), []
     for name, stats in ((ACCURACY_FILE, ("accuracy",)), (MASS_FILE, MASSES)):
-        fig = Figure(figsize=(7.5, 4.5) if len(stats) == 1 else (12, 4.5), dpi=120)
+        width = 7.5 if len(stats) == 1 else 12
+        fig = Figure(figsize=(width, 4.5 * len(kinds)), dpi=120)
         FigureCanvasAgg(fig)
-        for k, stat in enumerate(stats):
-            ax = fig.add_subplot(1, len(stats), k + 1)
-            for row in hijack["variants"]:
-                _band(ax, ms, [row["m"][str(m)][stat] for m in ms], f"{row['variant']} (n={row['n']})",
-                      linestyle="--" if "logits" in row["variant"] else "-")
-            ax.set_xscale("symlog", linthresh=1)
-            ax.set_xticks(ms, [str(m) for m in ms])
-            ax.set_xlabel("cluster size m (copies of the target key)")
-            ax.set_ylabel({"accuracy": "accuracy at the hijack query", "unique": "mass on the unique binding",
-                           "cluster": "mass on the cluster"}[stat])
-            ax.set_ylim(-0.02, 1.02)
-            ax.grid(alpha=0.3)
-            if k == 0:
-                ax.legend(fontsize=7)
+        for i, kind in enumerate(kinds):
+            ms = _cells_of(hijack, kind)
+            for k, stat in enumerate(stats):
+                ax = fig.add_subplot(len(kinds), len(stats), i * len(stats) + k + 1)
+                for row in hijack["variants"]:
+                    _band(ax, ms, [row["m"][cell_key(kind, m)][stat] for m in ms], f"{row['variant']} (n={row['n']})",
+                          linestyle="--" if "logits" in row["variant"] else "-")
+                ax.set_xscale("symlog", linthresh=1)
+                ax.set_xticks(ms, [str(m) for m in ms])
+                ax.set_xlabel(f"cluster size m{' (' + kind + ')' if kind else ' (copies of the target key)'}")
+                ax.set_ylabel({"accuracy": "accuracy at the hijack query", "unique": "mass on the unique binding",
+                               "cluster": "mass on the cluster"}[stat])
+                ax.set_ylim(-0.02, 1.02)
+                ax.grid(alpha=0.3)
+                if k == 0 and i == 0:
+                    ax.legend(fontsize=7)
         fig.suptitle("hijack: mean ± 1 std over seeds" + ("" if len(stats) == 1 else "; the retrieval head's "
                                                           "attention mass at the hijack query"))
         fig.tight_layout()
