@@ -792,3 +792,17 @@ def test_one_gpu_per_child_when_there_are_several():
     gpus = ["2", "5"]
     assert pick_gpu(gpus, []) == "2" and pick_gpu(gpus, ["2"]) == "5" and pick_gpu(gpus, ["2", "5"]) == "2"
     assert pick_gpu(gpus, ["5", "5", "2"]) == "2" and pick_gpu([], ["x"]) is None
+
+
+def test_export_ships_finished_and_diverged_runs_only(tmp_path):
+    """An interrupted run (a summary with status "interrupted") is not over: --export leaves it out, as a run still
+    going, and the shipped report counts it missing."""
+    from attnlab.experiments.report import export_comparison
+
+    out, base = tmp_path / "grid", tiny()
+    check_or_write_spec(out, spec_dict(base, ["standard"], [0, 1, 2]))
+    for seed, status in ((0, "finished"), (1, "interrupted"), (2, "diverged")):
+        plant_run(run_dir(out, "standard", seed), base.replace(train=base.train.replace(seed=seed)), status, 2.0)
+    export_comparison(out, tmp_path / "shipped")
+    shipped = sorted(p.name for p in (tmp_path / "shipped" / "standard").iterdir())
+    assert shipped == ["seed0", "seed2"]

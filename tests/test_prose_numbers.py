@@ -35,7 +35,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "docs" / "studies"
 RESULTS = ROOT / "results"
-PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consensus.md")
+PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consensus.md", "hijack-v2.md")
 
 # results/ directories a page quotes besides those of its own RESULTS blocks: magnitude-long.md's section on the
 # capability tasks quotes the hijack sweep of the exact prefix prior (part 2) and of the low-rank one (part 3).
@@ -221,6 +221,42 @@ LONG, LONG2, LOW = "magnitude-long", "magnitude-long-2", "magnitude-causal-lowra
 # {page: {phrase as the page writes it: a function that rebuilds the phrase from results/}}. Each phrase holds
 # numbers that results/ does not print as such (a difference, a ratio, a rounding, a per-seed value); its
 # function recomputes them from the raw files at the page's precision.
+def _hijack_primary(variant: str) -> dict[int, float]:
+    """{seed: accuracy at the hijack query with m = 32 exact copies, at the run's last evaluation} of hijack-v2-1."""
+    out = {}
+    for seed_dir in sorted((RESULTS / "hijack-v2-1" / variant).glob("seed*")):
+        rows = [json.loads(line) for line in (seed_dir / "metrics.jsonl").read_text().splitlines()]
+        out[int(seed_dir.name[4:])] = [r for r in rows if "hijack/exact-m32/accuracy" in r][-1][
+            "hijack/exact-m32/accuracy"]
+    return out
+
+
+def _count_vs_magnitude() -> str:
+    """The count prior against the magnitude prior on the seeds both ran: paired t (scipy) and the BCa interval."""
+    import numpy as np
+    from scipy import stats
+
+    count, magnitude = _hijack_primary("count-prior"), _hijack_primary("magnitude-prefix-logits")
+    seeds = sorted(count.keys() & magnitude.keys())
+    d = np.array([count[s] - magnitude[s] for s in seeds])
+    ci = stats.bootstrap((d,), np.mean, method="BCa", n_resamples=9999, rng=np.random.default_rng(0)).confidence_interval
+    p = stats.ttest_rel([count[s] for s in seeds], [magnitude[s] for s in seeds]).pvalue
+    return f"+{100 * d.mean():.2f} points for the count prior, [{100 * ci.low:.2f}, {100 * ci.high:.2f}], paired p = {p:.3g}"
+
+
+def _holm_keeps_all_three() -> str:
+    """Holm over the two declared tests and the count-against-magnitude one (statsmodels)."""
+    from scipy import stats
+    from statsmodels.stats.multitest import multipletests
+
+    std = _hijack_primary("standard")
+    pairs = [(_hijack_primary("magnitude-prefix-logits"), std), (_hijack_primary("count-prior"), std),
+             (_hijack_primary("count-prior"), _hijack_primary("magnitude-prefix-logits"))]
+    ps = [stats.ttest_rel([a[s] for s in sorted(a.keys() & b.keys())], [b[s] for s in sorted(a.keys() & b.keys())]).pvalue
+          for a, b in pairs]
+    return "Holm keeps all three tests below 0.05" if multipletests(ps, method="holm")[1].max() < 0.05 else "no"
+
+
 RECOMPUTED = {
     "magnitude.md": {
         "by +0.024 nats/char (Welch p = 0.0017) and `magnitude-prefix` by +0.018 (p = 0.015)":
@@ -237,6 +273,13 @@ RECOMPUTED = {
         "|X|/N of 0.071 and 0.092":
             lambda: "|X|/N of {:.3f} and {:.3f}".format(
                 *(_gate_mean("magnitude", v, "magnitude_over_n") for v in ("magnitude-causal", "magnitude-prefix"))),
+    },
+    "hijack-v2.md": {
+        "+2.47 points for the count prior, [1.17, 4.04], paired p = 0.0261": _count_vs_magnitude,
+        "Holm keeps all three tests below 0.05": _holm_keeps_all_three,
+        "the magnitude prior 16,967, 0.74x": lambda: "the magnitude prior {:,.0f}, {:.2f}x".format(
+            _speed("hijack-v2-1", "magnitude-prefix-logits"),
+            _speed("hijack-v2-1", "magnitude-prefix-logits") / _speed("hijack-v2-1", "standard")),
     },
     "boneless.md": {
         "10,131 tokens/s against 9,550 and 9,570 for seeds 0 and 1":

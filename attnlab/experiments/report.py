@@ -563,7 +563,7 @@ def export_comparison(out_dir, dest) -> Path:
     for variant in spec["variants"]:
         for seed in spec["seeds"]:
             src = run_dir(out_dir, variant, seed)
-            if read_summary(src) is None:
+            if (read_summary(src) or {}).get("status") not in DONE_STATUSES:  # missing, still going or interrupted
                 continue
             run_dest = run_dir(dest, variant, seed)
             run_dest.mkdir(parents=True, exist_ok=True)
