@@ -76,6 +76,19 @@ def _final_line(summary: dict) -> str:
             f"run written to {summary.get('out_dir', '')}")
 
 
+def _add_comparison_args(p) -> None:
+    """The arguments of a grid of variants x seeds (compare and sweep)."""
+    _add_config_args(p)
+    p.add_argument("--experiment", help="a shipped comparison (see `attnlab experiments`), e.g. boneless, magnitude")
+    p.add_argument("--variants", nargs="+", help="variant names; the first is the baseline")
+    p.add_argument("--seeds", nargs="+", type=int, help="training seeds (default 0 1 2)")
+    p.add_argument("--out-dir", help="where runs and report.md go (resumable; default runs/compare)")
+    p.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process (default 1)")
+    p.add_argument("--threads", type=int, help="CPU threads per run (default: all cores divided by --jobs)")
+    p.add_argument("--primary", help="the primary metric, declared before the runs: val_loss, val_accuracy or a "
+                                     "hook's key (e.g. hijack/synonym-m32/accuracy); the report tests it with Holm")
+
+
 def _comparison(args):
     """(base config, variants, seeds, out_dir, primary) of a compare or sweep command line."""
     from .errors import ConfigError
@@ -379,30 +392,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("compare", help="several variants x several seeds, same data and budget; markdown report")
-    _add_config_args(p)
-    p.add_argument("--experiment", help="a shipped comparison (see `attnlab experiments`), e.g. boneless, magnitude")
-    p.add_argument("--variants", nargs="+", help="variant names; the first is the baseline")
-    p.add_argument("--seeds", nargs="+", type=int, help="training seeds (default 0 1 2)")
-    p.add_argument("--out-dir", help="where runs and report.md go (resumable; default runs/compare)")
-    p.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process (default 1)")
-    p.add_argument("--threads", type=int, help="CPU threads per run (default: all cores divided by --jobs)")
-    p.add_argument("--primary", help="the primary metric, declared before the runs: val_loss, val_accuracy or a "
-                                     "hook's key (e.g. hijack/synonym-m32/accuracy); the report tests it with Holm")
+    _add_comparison_args(p)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("sweep", help="one comparison per value of a setting (e.g. the learning rate); the best value "
                                      "per variant")
     p.add_argument("--set", required=True, help="KEY=V1,V2,... e.g. train.lr=1e-3,3e-3,1e-2 (one comparison each, "
                                                 "in OUT_DIR-sweep/KEY=VALUE/)")
-    _add_config_args(p)
-    p.add_argument("--experiment", help="a shipped comparison (see `attnlab experiments`), e.g. boneless, magnitude")
-    p.add_argument("--variants", nargs="+", help="variant names; the first is the baseline")
-    p.add_argument("--seeds", nargs="+", type=int, help="training seeds (default 0 1 2)")
-    p.add_argument("--out-dir", help="where runs and report.md go (resumable; default runs/compare)")
-    p.add_argument("--jobs", type=int, default=1, help="runs trained at once, each in its own process (default 1)")
-    p.add_argument("--threads", type=int, help="CPU threads per run (default: all cores divided by --jobs)")
-    p.add_argument("--primary", help="the primary metric, declared before the runs: val_loss, val_accuracy or a "
-                                     "hook's key (e.g. hijack/synonym-m32/accuracy); the report tests it with Holm")
+    _add_comparison_args(p)
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("report", help="rewrite a comparison's report.md from its runs so far (trains nothing)")
