@@ -36,7 +36,7 @@ def test_detects_bidirectional_attention():
 class _DenominatorLeak(Attention):
     """A plausible bug: mask after a full-row softmax without renormalising, so the denominator sums future keys."""
 
-    def forward(self, x, rope=None, return_weights=False, kv=None):
+    def forward(self, x, rope=None, return_weights=False, kv=None, count_prior=None):
         q = self._heads(self.q_proj(x), self.n_head)
         k = self._heads(self.k_proj(x), self.n_kv_head)
         v = self._heads(self.v_proj(x), self.n_kv_head)

@@ -15,6 +15,7 @@ class _Run:  # the RunRecord fields the plots read
     curve: dict = field(default_factory=dict)
     usable: bool = True
     accuracy_curve: dict = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
 
 
 def _runs():

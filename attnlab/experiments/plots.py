@@ -1,5 +1,6 @@
 """The comparison plots: validation loss (or accuracy) per variant with a band over seeds, and each variant's loss
-minus the baseline's. Records are attnlab.experiments.report.RunRecord (variant, usable, curve, accuracy_curve)."""
+minus the baseline's. Records are attnlab.experiments.report.RunRecord (variant, usable, curve, accuracy_curve, and
+summary for a stop rule's outcome)."""
 
 from __future__ import annotations
 
