@@ -22,14 +22,15 @@ import numpy as np
 import torch
 
 from ..atomic import write_text
-from ..rundir import comparison_run_dir, read_summary
 from ..data.task_source import task_name
 from ..errors import ConfigError
 from ..model import GPT
+from ..rundir import comparison_run_dir, read_summary
 from ..tasks import get_task
 from ..train import load_run
 from ..train.hooks import HijackSweepHook
 from ..variants import variant_info
+from .report import load_spec
 from .stats import describe, paired_ttest
 
 __all__ = ["swap_attention", "task_accuracy", "evaluate_swap", "swap_table", "swap_comparison", "swap_summary",
@@ -106,8 +107,6 @@ def swap_table(result: dict) -> str:
 def swap_comparison(out_dir, trained: str, attention: str) -> list[dict]:
     """:func:`evaluate_swap` on every finished run of variant ``trained`` in the comparison ``out_dir`` (each writes
     its ``swap-<attention>.json``, which ``attnlab report --export`` ships); the results, by seed."""
-    from .report import load_spec
-
     spec = load_spec(out_dir)
     if trained not in spec["variants"]:
         raise ConfigError(f"{out_dir} has no variant {trained!r}; it has {', '.join(spec['variants'])}")
