@@ -16,6 +16,7 @@ class _Run:  # the RunRecord fields the plots read
     usable: bool = True
     accuracy_curve: dict = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
+    not_converged: bool = False
 
 
 def _runs():

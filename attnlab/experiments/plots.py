@@ -1,6 +1,6 @@
 """The comparison plots: validation loss (or accuracy) per variant with a band over seeds, and each variant's loss
 minus the baseline's. Records are attnlab.experiments.report.RunRecord (variant, usable, curve, accuracy_curve, and
-summary for a stop rule's outcome)."""
+summary and not_converged for a stop rule's outcome)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def _save(fig, ax, path, n_lines: int) -> Path:
 
 def _not_converged(runs: list) -> str:
     """", k not converged" for runs with a stop rule that hit their cap without meeting it (else "")."""
-    k = sum(r.summary.get("converged") is False for r in runs)
+    k = sum(r.not_converged for r in runs)
     return f", {k} not converged" if k else ""
 
 

@@ -81,6 +81,11 @@ class RunRecord:
         return float(value) if _finite(value) else None
 
     @property
+    def not_converged(self) -> bool:
+        """The run had a stop rule (train.stop_at) and reached its step cap without meeting it."""
+        return self.summary.get("converged") is False
+
+    @property
     def usable(self) -> bool:
         """Counts in the statistics: finished with a finite final validation loss."""
         return self.status == "finished" and self.final_val_loss is not None

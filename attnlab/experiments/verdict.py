@@ -162,7 +162,7 @@ def primary_results(records, variants: list[str], metric: str) -> dict:
         runs = [r for r in records if r.variant == v and r.usable]
         values = [x for r in runs if (x := metric_value(r, metric)) is not None]
         row = {"variant": v, "summary": describe(values).to_dict(),
-               "n_not_converged": sum(r.summary.get("converged") is False for r in runs)}
+               "n_not_converged": sum(r.not_converged for r in runs)}
         if v != baseline:
             a, b, paired = _paired_values(records, v, baseline, metric)
             test = (paired_ttest(a, b) if paired else welch_ttest(a, b)).to_dict()

@@ -127,9 +127,12 @@ class HijackSweepHook(TrainHook):
 
 def default_hooks(cfg, model: nn.Module) -> list[TrainHook]:
     """The hooks a run of ``cfg`` (a RunConfig) logs with: the gate hook when ``model`` has magnitude gates, the
-    MoH hook when it has MoH routers, the rank hook when ``train.track_rank``, the hijack sweep on ``task:hijack``."""
+    MoH hook when it has MoH routers, the rank hook when ``train.track_rank``, the hijack sweep on a task that defines
+    one (``task.sweep``: hijack, hijack-v2)."""
     hooks: list[TrainHook] = [MagnitudeGateHook()] if magnitude_gates(model) else []
     hooks += [MoHHook()] if moh_routers(model) else []
-    if task_name(cfg.data.source) in ("hijack", "hijack-v2"):
-        hooks.append(HijackSweepHook(get_task(task_name(cfg.data.source), cfg.data.task or {})))
+    name = task_name(cfg.data.source)
+    task = None if name is None else get_task(name, cfg.data.task or {})
+    if hasattr(task, "sweep"):  # the hijack tasks
+        hooks.append(HijackSweepHook(task))
     return hooks + ([RankHook()] if cfg.train.track_rank else [])
