@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from attnlab import GPT, GPTConfig, attention, variants
+from attnlab.functional.count_prior import count_log_prior
 from attnlab.nn import Attention
 from attnlab.train.trainer import configure_tf32
 from helpers import LEAK_TOL, VOCAB, attention_ref, build, fit_rank, max_leak
@@ -53,8 +54,11 @@ def test_every_layer_on_the_gpu_matches_float64_on_the_cpu(variant):
                     attention=fit_rank(variant, 64)).resolved_attention()
     layer = Attention(cfg, 64).eval()  # coda samples noise in training
     x = torch.randn(2, 64, 64)
-    ref = layer.double()(x.double())
-    out = layer.float().to(CUDA)(x.to(CUDA)).double().cpu()
+    idx = torch.randint(0, 5, (2, 64))  # token ids with many repeats, for the count prior's -log c_ij
+    prior = (lambda dtype, device: {"count_prior": count_log_prior(idx, dtype).to(device)}) if cfg.count_prior \
+        else (lambda dtype, device: {})
+    ref = layer.double()(x.double(), **prior(torch.float64, "cpu"))
+    out = layer.float().to(CUDA)(x.to(CUDA), **prior(torch.float32, CUDA)).double().cpu()
     assert (out - ref).abs().max().item() < 2e-4
 
 
