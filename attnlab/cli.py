@@ -135,8 +135,20 @@ def cmd_report(args) -> int:
     missing are listed as such). Takes no lock: it only reads the runs, and the report files are written
     atomically, so it may look at a comparison that is still running. With --export DEST, the report is written
     in DEST after copying the runs there without their checkpoints."""
+    from pathlib import Path
+
+    from .errors import ConfigError
+    from .experiments.grid_sweep import find_sweep, write_sweep_report
     from .experiments.report import export_comparison, write_report
 
+    if not (Path(args.out_dir) / "compare.toml").is_file() and find_sweep(args.out_dir) is not None:
+        if args.export:
+            raise ConfigError(f"--export {args.export}: export each comparison of the sweep {args.out_dir} "
+                              f"(attnlab report {args.out_dir}/KEY=VALUE --export ...)")
+        report = write_sweep_report(args.out_dir)
+        print(report.read_text(encoding="utf-8"), end="")
+        print(f"report: {report}")
+        return 0
     report = export_comparison(args.out_dir, args.export) if args.export else write_report(args.out_dir)
     print(report.read_text(encoding="utf-8"), end="")
     print(f"report: {report}")

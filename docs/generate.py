@@ -24,6 +24,8 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
 - ``SWAP:<dir>``: the test-time attention swaps (``attnlab swap``) saved in
   ``results/<dir>/<variant>/seed<k>/swap-<attention>.json``: the accuracy at every hijack sweep cell, trained against
   swapped (:func:`attnlab.experiments.swap.swap_summary_table`);
+- ``SWEEP:<dir>``: the sweep table ``attnlab report results/<dir>`` writes for a sweep directory (one
+  ``<KEY>=<value>`` comparison per value; :func:`attnlab.experiments.grid_sweep.sweep_table`), every run listed;
 - ``BENCH-LONG:<dir>[:<stem>]``: the rows of ``benchmarks/magnitude.py --long`` (or of other rows of it) saved in
   ``results/<dir>/bench_long.json`` (or ``<stem>.json``);
 - ``BENCH-GENERATE``: the rows of ``benchmarks/generate.py`` saved in ``results/benchmarks/generate.json``;
@@ -50,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)*):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
 GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "HIJACK-SUMMARY:", "HIJACK-PROTOCOL:",
-             "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "HEADS:", "SWAP:")
+             "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "HEADS:", "SWAP:", "SWEEP:")
 
 
 def pages() -> list[Path]:
@@ -389,6 +391,11 @@ def render(name: str, page: Path) -> str | None:
         return heads_block(name.split(":", 1)[1])
     if name.startswith("SWAP:"):
         return swap_block(name.split(":", 1)[1])
+    if name.startswith("SWEEP:"):
+        from attnlab.experiments.grid_sweep import find_sweep, sweep_results, sweep_table
+
+        folder = ROOT / "results" / name.split(":", 1)[1]
+        return sweep_table(sweep_results(folder, *find_sweep(folder)))
     if name == "BENCH-GENERATE":
         return bench_generate_block()
     if name.startswith("BENCH-CUDA:"):

@@ -132,14 +132,14 @@ def test_results_blocks_are_the_shipped_runs():
     results/<name>/ (summary.json, metrics.jsonl), so no number in it was typed or pasted from elsewhere; and every
     directory under results/ is quoted on some page (a measurement that is not a comparison, such as
     results/magnitude-lowrank, by its own generated block: LOWRANK-ERROR; the single-seed protocol check
-    results/hijack-fixed by HIJACK-PROTOCOL)."""
+    results/hijack-fixed by HIJACK-PROTOCOL; a sweep directory by SWEEP)."""
     from attnlab.experiments.report import read_results, results_tables
 
     found, other = {}, set()
     for page, text in _pages().items():
         for name, block in re.findall(r"<!-- RESULTS:([\w-]+):BEGIN -->\n(.*?)<!-- RESULTS:\1:END -->", text, re.S):
             found.setdefault(name, []).append((page, block))
-        other.update(re.findall(r"<!-- (?:LOWRANK-ERROR|HIJACK-PROTOCOL):([\w-]+)[:\w-]*:BEGIN -->", text))
+        other.update(re.findall(r"<!-- (?:LOWRANK-ERROR|HIJACK-PROTOCOL|SWEEP):([\w-]+)[:\w-]*:BEGIN -->", text))
         if "<!-- BENCH-GENERATE:BEGIN -->" in text:
             other.add("benchmarks")  # results/benchmarks: saved benchmark runs (BENCH-GENERATE)
     shipped = sorted(p.name for p in (ROOT / "results").iterdir() if p.is_dir())
@@ -229,11 +229,12 @@ def _study_lines() -> list[str]:
 
 NUMBER = re.compile(r"(?<![\w.,])(?:\d+\.\d{3,}|\d{1,3}(?:,\d{3})+)(?![\w.,]\d)")
 ONE_DECIMAL = re.compile(r"(?<![\w.,])\d+\.\d(?![\w.,]?\d)")  # the hijack tables' accuracies, e.g. 12.4
+PERCENT = re.compile(r"(?<![\w.,])\d+\.\d\d(?=%)")  # the accuracy tables' percentages, e.g. 96.58%
 
 
 def test_readme_headlines_are_measured():
     """Each study's headline in the README links its page, and every number in it with 3 or more decimals (or a
-    thousands separator; or one decimal, on a line that names results/ directories) is printed by `attnlab report`
+    thousands separator; or one decimal, or a percentage with two, on a line that names results/ directories) is printed by `attnlab report`
     for the results/ directories the line names, or, for a study without raw logs, stands on the page it links."""
     from attnlab.experiments.report import read_results, results_tables
 
@@ -246,7 +247,7 @@ def test_readme_headlines_are_measured():
             source = "".join(results_tables(read_results(ROOT / "results" / d)[0], heading="####") for d in dirs)
         else:
             source = "".join((DOCS / p).read_text() for p in pages)
-        numbers = NUMBER.findall(line) + (ONE_DECIMAL.findall(line) if dirs else [])
+        numbers = NUMBER.findall(line) + (ONE_DECIMAL.findall(line) + PERCENT.findall(line) if dirs else [])
         if dirs:
             assert numbers, line
         for number in numbers:

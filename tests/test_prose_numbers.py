@@ -35,7 +35,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "docs" / "studies"
 RESULTS = ROOT / "results"
-PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consensus.md", "hijack-v2.md")
+PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consensus.md", "hijack-v2.md",
+         "zoology-anchor.md")
 
 # results/ directories a page quotes besides those of its own RESULTS blocks: magnitude-long.md's section on the
 # capability tasks quotes the hijack sweep of the exact prefix prior (part 2) and of the low-rank one (part 3).
@@ -257,7 +258,30 @@ def _holm_keeps_all_three() -> str:
     return "Holm keeps all three tests below 0.05" if multipletests(ps, method="holm")[1].max() < 0.05 else "no"
 
 
+ZOOLOGY = RESULTS / "zoology-mqar-t64-d64-sweep"
+
+
+def _zoology_steps() -> str:
+    """The fewest and most steps the interrupted runs of the Zoology sweep trained (summary.json)."""
+    summaries = [json.loads(p.read_text()) for p in ZOOLOGY.glob("train.lr=*/standard/seed*/summary.json")]
+    steps = [s["steps"] for s in summaries if s["status"] == "interrupted"]
+    return f"between {min(steps)} and {max(steps)} of their 12,500 steps"
+
+
+def _zoology_jump() -> str:
+    """Seed 0's validation accuracy at lr 3.16e-3 at steps 1250, 1500 and 2000 (metrics.jsonl)."""
+    rows = [json.loads(line) for line in
+            (ZOOLOGY / "train.lr=3.16e-3" / "standard" / "seed0" / "metrics.jsonl").read_text().splitlines()]
+    acc = {r["step"]: r["val_accuracy"] for r in rows if r.get("val_accuracy") is not None}
+    return "(seed 0: {:.1f}% at step 1250, {:.1f}% at step 1500, {:.1f}% at step 2000)".format(
+        *(100 * acc[t] for t in (1250, 1500, 2000)))
+
+
 RECOMPUTED = {
+    "zoology-anchor.md": {
+        "between 2917 and 3012 of their 12,500 steps": _zoology_steps,
+        "(seed 0: 13.9% at step 1250, 49.6% at step 1500, 97.5% at step 2000)": _zoology_jump,
+    },
     "magnitude.md": {
         "by +0.024 nats/char (Welch p = 0.0017) and `magnitude-prefix` by +0.018 (p = 0.015)":
             lambda: "by {:+.3f} nats/char (Welch p = {:.2g}) and `magnitude-prefix` by {:+.3f} (p = {:.2g})".format(
@@ -349,6 +373,10 @@ RECOMPUTED = {
 
 # {page: {phrase: why its number is not a measurement}}
 NOT_MEASURED = {
+    # the preset's settings and the paper's (zoology-mqar-t64-d64.toml)
+    "zoology-anchor.md": {"a vocabulary of 8,192": "the task's vocabulary, a setting",
+                          "a fixed set of 100,000 sequences": "the paper's training set size, a setting",
+                          "the paper's budget of 12,500 steps": "the paper's budget, the preset's max_steps"},
     # a setting: consensus_palette's min_fraction default (0.005)
     "consensus.md": {"clusters under 0.5% of the sample are dropped": "the palette's drop threshold, a setting"},
     # an estimate of the budget still to run, not something measured

@@ -131,7 +131,6 @@ def test_mixed_standard_had_not_converged():
     assert f"seed {best}, the one that came close to converging, keeps {three}" in CAPABILITY
     assert f"seed that came close to converging keeps {kept[0]:.1f}%, {kept[1]:.1f}%, {kept[2]:.1f}%" in CAPABILITY
     assert f"and {kept[2]:.0f}-{kept[0]:.0f}% in its one seed that came close" in CAPABILITY
-    assert f"({kept[0]:.0f}% / {kept[2]:.0f}% in its one seed near convergence)" in README
 
     prior_125 = 100 * _mean_at("hijack-mixed-2", "magnitude-prefix-logits", 125, "val_accuracy")
     standard_125 = 100 * _mean_at(name, "standard", 125, "val_accuracy")
@@ -174,7 +173,6 @@ def test_mixed_p_values_are_the_runs_and_none_survives_holm():
     assert "No cell trained with clusters has p < 0.05, before or after a Holm correction" in CAPABILITY
     assert "No cell here differs from its part's `standard` at p < 0.05, before or after a Holm correction" \
            in CAPABILITY
-    assert "significant in no cell" in README and "none survives a Holm correction" in README
 
 
 def test_smallest_gap_three_seeds_can_detect():
@@ -235,7 +233,6 @@ def test_mixed_cells_against_standard():
              ("hijack-mixed-3", "magnitude-causal-lowrank")]
     at64 = [_sweep_mean(name, v, "64") for name, v in gates]
     assert max(at64) < s["64"]
-    assert f"the value gates no better ({min(at64):.1f}-{max(at64):.1f}% at m = 64)" in README
 
 
 def test_no_cluster_verdict_holm():
