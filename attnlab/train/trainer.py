@@ -726,7 +726,7 @@ class _Trainer:
         status = "finished"
         try:
             self._catch_up()
-            while self.step < self.tc.max_steps and self.threshold_step is None and not self._should_stop():
+            while self._training_left() and not self._should_stop():
                 stats = self._train_step()
                 self._bookkeeping(self.step, stats)
                 bar.update(1)
@@ -735,7 +735,7 @@ class _Trainer:
                     bar.set_postfix(loss=f"{stats['train_loss']:.4f}", tok_s=f"{tok_s:.0f}", refresh=False)
                 if after_step is not None:
                     after_step(self.step)
-            if self.step < self.tc.max_steps and self.threshold_step is None:
+            if self._training_left():
                 status = "interrupted"
         except KeyboardInterrupt:
             status = "interrupted"
@@ -748,6 +748,10 @@ class _Trainer:
             self._restore_signals()
             bar.close()
         return self._finish(status)
+
+    def _training_left(self) -> bool:
+        """Below the step cap and the stop rule (train.stop_at) not met yet."""
+        return self.step < self.tc.max_steps and self.threshold_step is None
 
     def _catch_up(self) -> None:
         """Step 0 validation on a fresh run; after a resume, redo a row the interruption left unwritten."""
