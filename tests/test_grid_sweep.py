@@ -110,3 +110,15 @@ def test_sweep_folders_give_the_key_and_the_values_in_numeric_order(tmp_path):
     (tmp_path / "model.n_embd=64" / "compare.toml").write_text("")
     with pytest.raises(ConfigError, match="more than one key"):
         find_sweep(tmp_path)
+
+
+def test_attnlab_report_on_a_sweep_directory_writes_the_sweep_table(tmp_path, capsys):
+    from attnlab.cli import main
+
+    sweep(_base(), "train.lr", ["1e-3", "3e-3"], ["standard"], [0], tmp_path, quiet=True, train_fn=fake_train)
+    (tmp_path / "sweep.md").unlink()
+    assert main(["report", str(tmp_path)]) == 0
+    assert "# Sweep of train.lr" in capsys.readouterr().out and (tmp_path / "sweep.md").is_file()
+    assert main(["report", str(tmp_path), "--export", str(tmp_path / "out")]) == 2  # one comparison at a time
+    err = capsys.readouterr().err.strip()
+    assert "export each comparison of the sweep" in err and "\n" not in err
