@@ -373,6 +373,7 @@ RECOMPUTED = {
 
 # {page: {phrase: why its number is not a measurement}}
 NOT_MEASURED = {
+    "hijack-v2.md": {"near chance (12.5%)": "1 / n_values, the task's chance level"},
     # the preset's settings and the paper's (zoology-mqar-t64-d64.toml)
     "zoology-anchor.md": {"a vocabulary of 8,192": "the task's vocabulary, a setting",
                           "a fixed set of 100,000 sequences": "the paper's training set size, a setting",
