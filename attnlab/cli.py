@@ -140,8 +140,9 @@ def cmd_report(args) -> int:
     from .errors import ConfigError
     from .experiments.grid_sweep import find_sweep, write_sweep_report
     from .experiments.report import export_comparison, write_report
+    from .rundir import COMPARE_SPEC_FILE
 
-    if not (Path(args.out_dir) / "compare.toml").is_file() and find_sweep(args.out_dir) is not None:
+    if not (Path(args.out_dir) / COMPARE_SPEC_FILE).is_file() and find_sweep(args.out_dir) is not None:
         if args.export:
             raise ConfigError(f"--export {args.export}: export each comparison of the sweep {args.out_dir} "
                               f"(attnlab report {args.out_dir}/KEY=VALUE --export ...)")

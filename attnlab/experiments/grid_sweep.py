@@ -25,6 +25,7 @@ from pathlib import Path
 from ..atomic import write_text
 from ..configio import apply_overrides
 from ..errors import ConfigError
+from ..rundir import COMPARE_SPEC_FILE
 from .compare import compare
 from .report import collect_runs, load_spec
 from .stats import describe
@@ -63,7 +64,7 @@ def sweep(base, key: str, values: list[str], variants: list[str], seeds: list[in
 def find_sweep(out_dir) -> tuple[str, list[str]] | None:
     """(key, values) of a sweep directory from its ``<KEY>=<value>`` comparison folders (each with a
     compare.toml), values in numeric order where they are numbers; None when ``out_dir`` holds none."""
-    folders = [d.name for d in Path(out_dir).glob("*=*") if (d / "compare.toml").is_file()]
+    folders = [d.name for d in Path(out_dir).glob("*=*") if (d / COMPARE_SPEC_FILE).is_file()]
     keys = {name.partition("=")[0] for name in folders}
     if not folders:
         return None
