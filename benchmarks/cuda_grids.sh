@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# The comparisons a GPU session runs, each bounded: the named experiment presets (default: hijack-v2-1 and hijack-v2-2)
-# with --jobs $GRID_JOBS (default 3) on the one GPU, then each exported without checkpoints (compare.toml, every run's config, metrics and
-# summary, the report) to $DEST/<experiment>/, ready to commit as results/<experiment>/. A grid cut off by its
-# timeout keeps its finished runs; the export reports the rest as missing. Missing pure-Python dependencies can travel
-# as wheels in .whl/, as for cuda_session.sh.
-#     bash benchmarks/cuda_grids.sh "$OUT" hijack-v2-1 hijack-v2-2
+# The comparisons a GPU session runs, each bounded by $GRID_TIMEOUT seconds (default 240):
+#   NAME                  the experiment preset NAME with --jobs $GRID_JOBS (default 3) on the one GPU;
+#   NAME:KEY=V1,V2,...    NAME's sweep of KEY: one comparison per value, all values at once (each with
+#                         $GRID_JOBS jobs), in the layout `attnlab sweep` writes (NAME-sweep/KEY=VALUE/).
+# Every run is then copied without checkpoints into one archive, $DEST/grids.tgz (the device returns few, shallow
+# files: unpack it here, then `attnlab report DIR --export results/NAME` per comparison, or `attnlab report
+# NAME-sweep` for a sweep); $DEST/<grid>.log holds each grid's output. A grid cut off by its timeout keeps its
+# finished runs (SIGINT: each run saves a checkpoint and is marked interrupted). Missing pure-Python dependencies
+# can travel as wheels in .whl/, as for cuda_session.sh.
+#     bash benchmarks/cuda_grids.sh "$OUT" hijack-v2-1 hijack-v2-2 zoology-mqar-t64-d64:train.lr=1e-3,3.16e-3,1e-2
 cd "$(dirname "$0")/.."
 DEST="${1:-${OUT:-cuda-out}}"; [ $# -gt 0 ] && shift; mkdir -p "$DEST"
 GRIDS=("$@"); [ ${#GRIDS[@]} -eq 0 ] && GRIDS=(hijack-v2-1 hijack-v2-2)
 LIMIT="${GRID_TIMEOUT:-240}"  # seconds per grid
 JOBS="${GRID_JOBS:-3}"; DEVICE="${GRID_DEVICE:-cuda}"  # GRID_DEVICE=cpu tries the script out without a GPU
+WORK="${GRID_WORK:-/tmp/grids}"
 if compgen -G ".whl/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | tail -2
   export PYTHONPATH=/tmp/site:$PWD
@@ -18,12 +23,23 @@ export PYTHONUNBUFFERED=1 ATTNLAB_CACHE=/tmp/attnlab-cache MPLBACKEND=Agg
 attnlab() { python3 -c "import sys; from attnlab.cli import main; sys.exit(main())" "$@"; }
 t0=$(date +%s); stamp() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
 nvidia-smi --query-gpu=name,memory.total --format=csv > "$DEST/machine.txt" 2>&1
+bounded() {  # SIGINT at the limit: every run saves a checkpoint and the compare reports what finished
+  timeout -s INT -k 30 "$LIMIT" bash -c "$(declare -f attnlab); attnlab $*"
+}
 for grid in "${GRIDS[@]}"; do
-  stamp "$grid"
-  # SIGINT at the limit: every run saves a checkpoint and the compare writes its report of what finished
-  timeout -s INT -k 30 "$LIMIT" bash -c "$(declare -f attnlab); attnlab compare --experiment $grid --jobs $JOBS \
-    --out-dir /tmp/grids/$grid train.device=$DEVICE" > "$DEST/$grid.log" 2>&1
-  echo "rc $?" >> "$DEST/$grid.log"; tail -3 "$DEST/$grid.log"
-  attnlab report "/tmp/grids/$grid" --export "$DEST/$grid" > /dev/null 2>> "$DEST/$grid.log"
+  stamp "$grid"; name="${grid%%:*}"; log="$DEST/${grid//[^A-Za-z0-9._=-]/_}.log"
+  if [[ "$grid" == *:* ]]; then
+    setting="${grid#*:}"; key="${setting%%=*}"; IFS=, read -ra values <<< "${setting#*=}"
+    for value in "${values[@]}"; do
+      bounded compare --experiment "$name" --jobs "$JOBS" --out-dir "$WORK/$name-sweep/$key=$value" \
+        "$key=$value" train.device="$DEVICE" > "$log.$value" 2>&1 &
+    done
+    wait; cat "$log".* > "$log"; rm -f "$log".*
+    attnlab report "$WORK/$name-sweep" > /dev/null 2>> "$log"
+  else
+    bounded compare --experiment "$name" --jobs "$JOBS" --out-dir "$WORK/$name" train.device="$DEVICE" > "$log" 2>&1
+  fi
+  echo "rc $?" >> "$log"; tail -3 "$log"
 done
+tar czf "$DEST/grids.tgz" -C "$WORK" --exclude=checkpoint .
 stamp done
