@@ -134,7 +134,8 @@ def cmd_report(args) -> int:
     """Rewrite a comparison's report from what its directory holds now; trains nothing (runs still going or
     missing are listed as such). Takes no lock: it only reads the runs, and the report files are written
     atomically, so it may look at a comparison that is still running. With --export DEST, the report is written
-    in DEST after copying the runs there without their checkpoints."""
+    in DEST after copying the runs there without their checkpoints. On a sweep directory (``attnlab sweep``'s
+    KEY=VALUE comparisons) it rewrites sweep.md and sweep.json."""
     from pathlib import Path
 
     from .errors import ConfigError
@@ -142,15 +143,14 @@ def cmd_report(args) -> int:
     from .experiments.report import export_comparison, write_report
     from .rundir import COMPARE_SPEC_FILE
 
-    if not (Path(args.out_dir) / COMPARE_SPEC_FILE).is_file() and find_sweep(args.out_dir) is not None:
-        if args.export:
-            raise ConfigError(f"--export {args.export}: export each comparison of the sweep {args.out_dir} "
-                              f"(attnlab report {args.out_dir}/KEY=VALUE --export ...)")
+    a_sweep = not (Path(args.out_dir) / COMPARE_SPEC_FILE).is_file() and find_sweep(args.out_dir) is not None
+    if a_sweep and args.export:
+        raise ConfigError(f"--export {args.export}: export each comparison of the sweep {args.out_dir} "
+                          f"(attnlab report {args.out_dir}/KEY=VALUE --export ...)")
+    if a_sweep:
         report = write_sweep_report(args.out_dir)
-        print(report.read_text(encoding="utf-8"), end="")
-        print(f"report: {report}")
-        return 0
-    report = export_comparison(args.out_dir, args.export) if args.export else write_report(args.out_dir)
+    else:
+        report = export_comparison(args.out_dir, args.export) if args.export else write_report(args.out_dir)
     print(report.read_text(encoding="utf-8"), end="")
     print(f"report: {report}")
     return 0
@@ -415,8 +415,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_comparison_args(p)
     p.set_defaults(func=cmd_sweep)
 
-    p = sub.add_parser("report", help="rewrite a comparison's report.md from its runs so far (trains nothing)")
-    p.add_argument("out_dir", help="a comparison directory (holds compare.toml), e.g. runs/magnitude")
+    p = sub.add_parser("report", help="rewrite a comparison's report.md (a sweep's sweep.md) from its runs so far "
+                                      "(trains nothing)")
+    p.add_argument("out_dir", help="a comparison directory (holds compare.toml), e.g. runs/magnitude, or a sweep "
+                                   "directory (KEY=VALUE comparisons), e.g. runs/zoology-mqar-t64-d64-sweep")
     p.add_argument("--export", metavar="DEST", help="copy the finished runs' config.toml, metrics.jsonl and "
                    "summary.json (no checkpoints) to DEST and write the report there, e.g. results/magnitude")
     p.set_defaults(func=cmd_report)
