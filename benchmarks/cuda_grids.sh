@@ -31,15 +31,16 @@ for grid in "${GRIDS[@]}"; do
   if [[ "$grid" == *:* ]]; then
     setting="${grid#*:}"; key="${setting%%=*}"; IFS=, read -ra values <<< "${setting#*=}"
     for value in "${values[@]}"; do
-      bounded compare --experiment "$name" --jobs "$JOBS" --out-dir "$WORK/$name-sweep/$key=$value" \
-        "$key=$value" train.device="$DEVICE" > "$log.$value" 2>&1 &
+      { bounded compare --experiment "$name" --jobs "$JOBS" --out-dir "$WORK/$name-sweep/$key=$value" \
+          "$key=$value" train.device="$DEVICE"; echo "$key=$value: rc $?"; } > "$log.$value" 2>&1 &
     done
     wait; cat "$log".* > "$log"; rm -f "$log".*
     attnlab report "$WORK/$name-sweep" > /dev/null 2>> "$log"
   else
     bounded compare --experiment "$name" --jobs "$JOBS" --out-dir "$WORK/$name" train.device="$DEVICE" > "$log" 2>&1
+    echo "rc $?" >> "$log"
   fi
-  echo "rc $?" >> "$log"; tail -3 "$log"
+  tail -3 "$log"
 done
 tar czf "$DEST/grids.tgz" -C "$WORK" --exclude=checkpoint .
 stamp done
