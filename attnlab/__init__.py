@@ -3,7 +3,7 @@
 from .config import AttentionConfig, GPTConfig
 from .errors import ConfigError
 from .functional import attention
-from .functional.magnitude import magnitude, magnitude_weights, prefix_magnitude
+from .mechanisms.magnitude.reference import magnitude, magnitude_weights, prefix_magnitude
 from .model import GPT
 from .nn import Attention
 from .variants import get_variant, register, variant_info, variants

@@ -15,19 +15,19 @@ from dataclasses import dataclass
 from .configio import from_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
 from .functional.attention import BACKENDS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa
-from .functional.heads import HEAD_MIXES, LOGIT_MIXES
-from .functional.magnitude import APPLY as MAGNITUDE_APPLY
-from .functional.magnitude import CAUSAL_FORMS as _CAUSAL_FORMS
-from .functional.magnitude import FORMS as _MAGNITUDE_FORMS
-from .functional.magnitude import GATES as MAGNITUDE_GATES
-from .functional.magnitude import KERNELS as MAGNITUDE_KERNELS
-from .functional.magnitude import SOLVERS as _EXACT_SOLVERS
-from .functional.magnitude_lowrank import SOLVER as LOWRANK
+from .mechanisms.heads.functional import HEAD_MIXES, LOGIT_MIXES
+from .mechanisms.magnitude.lowrank import SOLVER as LOWRANK
+from .mechanisms.magnitude.reference import APPLY as MAGNITUDE_APPLY
+from .mechanisms.magnitude.reference import CAUSAL_FORMS as _CAUSAL_FORMS
+from .mechanisms.magnitude.reference import FORMS as _MAGNITUDE_FORMS
+from .mechanisms.magnitude.reference import GATES as MAGNITUDE_GATES
+from .mechanisms.magnitude.reference import KERNELS as MAGNITUDE_KERNELS
+from .mechanisms.magnitude.reference import SOLVERS as _EXACT_SOLVERS
+from .mechanisms.projections.module import LEARNED_MODES
+from .mechanisms.projections.module import MODES as PROJECTION_MODES
 
 MAGNITUDE_FORMS = ("off", *_MAGNITUDE_FORMS)
 MAGNITUDE_SOLVERS = (*_EXACT_SOLVERS, LOWRANK)
-PROJECTION_MODES = ("projected", "identity", "identity_init", "residual")  # built by attnlab.nn.projections
-LEARNED_MODES = ("projected", "residual")  # the modes with a trained W that low rank can factor (W = B A)
 QK_NORMS = ("off", "fixed", "learned")
 
 
@@ -115,7 +115,7 @@ class AttentionConfig:
     moh_balance: float = 0.01
     """MoH: beta, the weight of the load-balance loss sum_i f_i P_i in the training loss (the paper's 0.01); 0 switches it off."""
     count_prior: bool = False
-    """The duplicate-count prior: softmax(z_ij - log c_ij), c_ij the copies of token x_j among x_1..x_i, so m identical tokens share one token's mass (attnlab.functional.count_prior; the control for magnitude's logit prior, which does the same on exact duplicates). Reads the token ids: causal softmax in a GPT only; composes with a magnitude logit prior (the two add)."""
+    """The duplicate-count prior: softmax(z_ij - log c_ij), c_ij the copies of token x_j among x_1..x_i, so m identical tokens share one token's mass (attnlab.mechanisms.count_prior.reference; the control for magnitude's logit prior, which does the same on exact duplicates). Reads the token ids: causal softmax in a GPT only; composes with a magnitude logit prior (the two add)."""
 
     def __post_init__(self):
         for name in ("n_head", "n_kv_head"):

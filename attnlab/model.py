@@ -14,9 +14,9 @@ from torch import nn
 
 from .config import GPTConfig
 from .errors import ConfigError
-from .functional.count_prior import count_log_prior
+from .mechanisms.count_prior.reference import count_log_prior
 from .nn import Attention, KVCache, LayerKV, LearnedPositions, RotaryEmbedding, SinusoidalPositions
-from .nn.heads import LogitCascade
+from .mechanisms.heads.module import LogitCascade
 
 
 class MLP(nn.Module):
@@ -66,7 +66,7 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
         self.cascade = LogitCascade() if self.blocks[0].attn.config.head_mix == "coda" else None
-        for block in self.blocks:  # CODA: each layer's logits reach the next one (attnlab.nn.heads.LogitCascade)
+        for block in self.blocks:  # CODA: each layer's logits reach the next one (attnlab.mechanisms.heads.module.LogitCascade)
             block.attn.cascade = self.cascade
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
@@ -150,7 +150,7 @@ class GPT(nn.Module):
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
-            for aux in self.aux_losses():  # e.g. MoH's beta L_b, in training only (attnlab.nn.heads)
+            for aux in self.aux_losses():  # e.g. MoH's beta L_b, in training only (attnlab.mechanisms.heads.module)
                 loss = loss + aux
         return logits, loss
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from .attention_config import AttentionConfig
 from .errors import unknown_name
-from .functional.magnitude import PRIOR_FLOOR
-from .functional.magnitude_lowrank import EPS as LOWRANK_EPS
-from .functional.magnitude_lowrank import RANK as LOWRANK_RANK
+from .mechanisms.magnitude.reference import PRIOR_FLOOR
+from .mechanisms.magnitude.lowrank import EPS as LOWRANK_EPS
+from .mechanisms.magnitude.lowrank import RANK as LOWRANK_RANK
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ register(
     "router; the heads weighted by the router before W_o, a load-balance loss (beta 0.01) on the routed heads",
     "Jin et al. 2024, arXiv:2410.11842; seed 002 (head recombination)", head_mix="moh",
     notes="the gate normalisation is the authors' released code's (top-k renormalised, each group scaled by its "
-          "active head count; attnlab.functional.heads). On CPU every head is computed and the unchosen ones are "
+          "active head count; attnlab.mechanisms.heads.functional). On CPU every head is computed and the unchosen ones are "
           "weighted 0, so MoH saves no compute here; with 4 heads, 3 are active per token.",
 )
 register(

@@ -26,7 +26,7 @@ from torch import nn
 from attnlab import GPTConfig, variants
 from attnlab.functional import attention
 from attnlab.nn import Attention
-from attnlab.nn.gates import record_magnitude_stats
+from attnlab.mechanisms.magnitude.module import record_magnitude_stats
 
 
 class RawSDPALayer(nn.Module):

@@ -24,7 +24,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from attention_layer import _timed  # benchmarks/ helpers
 
 from attnlab import attention
-from attnlab.nn.gates import MagnitudeGate
+from attnlab.mechanisms.magnitude.module import MagnitudeGate
 from attnlab.train.flops import measure_matmul_gflops
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -86,7 +86,7 @@ def gqa(batch=8, heads=8, kv_heads=2, seq=1024, dim=64) -> dict:
 def unguarded():
     """The gate's TF32 guards switched off (ieee_float32 a no-op: every guard looks it up in its module), to
     measure what they buy."""
-    import attnlab.functional.magnitude_kernel as kernel
+    import attnlab.mechanisms.magnitude.fused as kernel
 
     saved = kernel.ieee_float32
     kernel.ieee_float32 = lambda device_type: contextlib.nullcontext()

@@ -10,7 +10,7 @@ the logit-prior forms (magnitude_apply="logits", issue 15's control) at seq 256 
 --long: the rows of issue 16 at batch 1 (long context): the low-rank solver (magnitude_solver="lowrank", default rank
 and chunk) beside the exact forms at the same T, so that the crossover shows:
   lowrank-causal   seq 1024, 2048, 4096: <= 1.5x, and peak memory <= 2x SDPA's
-  lowrank-prefix   seq 1024, 2048:       <= 3x (block by block: attnlab.functional.prefix_attention)
+  lowrank-prefix   seq 1024, 2048:       <= 3x (block by block: attnlab.mechanisms.magnitude.prefix_blocks)
   lowrank-prefix-explicit seq 1024, 2048: the same layer with backend="explicit" ([T, T] gate; no target)
   magnitude-causal seq 1024, 2048, 4096 and magnitude-prefix seq 1024, 2048 (exact; no target)
 and "scaling": per row name, the log-log slope of the fwd+bwd time against T (least squares over its seqs).
@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attention_layer import RawSDPALayer, _sync, add_shape_args, compare, fwd, fwd_bwd  # noqa: E402  (benchmarks/ helpers)
 
 from attnlab import GPTConfig  # noqa: E402
-from attnlab.functional import prefix_attention  # noqa: E402
+from attnlab.mechanisms.magnitude import prefix_blocks  # noqa: E402
 from attnlab.nn import Attention  # noqa: E402
 
 # row name -> (AttentionConfig overrides, causal); the variants' own defaults otherwise (eps 1e-3, clamp gate, t 1)
@@ -185,7 +185,7 @@ def main(argv=None):
     results, memory_method, load_before = [], None, os.getloadavg()
     rows = [parse_row(r) for r in args.rows]
     if any(chunk is not None for _, _, chunk in rows):  # a row's chunk is its block on every device (no minimum)
-        prefix_attention.DEVICE_MIN_BLOCK = 1
+        prefix_blocks.DEVICE_MIN_BLOCK = 1
     for name, seq, chunk in rows:
         layer, reference, cfg = build(name, seq, args.heads, args.head_dim, device, dtype, chunk)
         x = torch.randn(args.batch, seq, args.heads * args.head_dim, device=device, dtype=dtype)
@@ -195,7 +195,7 @@ def main(argv=None):
         if chunk is not None:
             row["chunk"] = chunk
         if layer.uses_prefix_blocks:  # the block lowrank_prefix_attention runs with on this device
-            row["block"] = prefix_attention.block_for(cfg.magnitude_chunk, device.type)
+            row["block"] = prefix_blocks.block_for(cfg.magnitude_chunk, device.type)
         for mode, make, inp in (("fwd", fwd, x), ("fwd_bwd", fwd_bwd, x_grad)):
             ours, ref = compare(make(layer, inp), make(reference, inp), device, args.warmup, args.repeats)
             row[f"{mode}_ms"], row[f"sdpa_{mode}_ms"], row[f"{mode}_ratio"] = round(ours, 2), round(ref, 2), round(ours / ref, 3)

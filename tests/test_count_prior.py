@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnlab import GPT, AttentionConfig, GPTConfig
-from attnlab.functional.count_prior import count_log_prior
+from attnlab.mechanisms.count_prior.reference import count_log_prior
 from attnlab.nn import Attention
 from helpers import LEAK_TOL, attention_ref, max_leak, one_line_error
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from attnlab import GPT, GPTConfig, attention, variants
-from attnlab.functional.count_prior import count_log_prior
+from attnlab.mechanisms.count_prior.reference import count_log_prior
 from attnlab.nn import Attention
 from attnlab.train.trainer import configure_tf32
 from helpers import LEAK_TOL, VOCAB, attention_ref, build, fit_rank, max_leak
@@ -64,7 +64,7 @@ def test_every_layer_on_the_gpu_matches_float64_on_the_cpu(variant):
 
 @pytest.mark.parametrize("apply", ["values", "logits"])
 def test_the_lowrank_prefix_block_path_on_the_gpu(apply):
-    """attnlab.functional.prefix_attention's blocks (the path of magnitude="prefix" with the low-rank solver, gated
+    """attnlab.mechanisms.magnitude.prefix_blocks's blocks (the path of magnitude="prefix" with the low-rank solver, gated
     values or the logit prior): float32 on the GPU (TF32 off) against float64 on the CPU with the bound above, and
     the leak test in float64 on the GPU with blocks of 5 positions."""
     attn = {"magnitude": "prefix", "magnitude_solver": "lowrank", "magnitude_rank": 16, "magnitude_chunk": 24,
@@ -86,7 +86,7 @@ def test_the_lowrank_prefix_blocks_keep_float32_accuracy_under_tf32(tf32, floor)
     hand-written backward; ieee_float32), so its output's and its inputs' gradients' errors on the GPU against
     float64 on the CPU stay within 2x (plus 1e-6) of float32 on the CPU's; TF32 would cost ~8x per digit (10-bit
     against 23-bit mantissa). Value gate (floor None) and logit prior; T = 200 in blocks of 64."""
-    from attnlab.functional.prefix_attention import lowrank_prefix_attention
+    from attnlab.mechanisms.magnitude.prefix_blocks import lowrank_prefix_attention
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 4, 200, 32, generator=g, dtype=torch.float64) for _ in range(3))
@@ -143,7 +143,7 @@ def test_magnitude_gate_keeps_float32_accuracy_under_tf32(tf32, form, solver):
     backward, through full_precision_backward for the autograd paths) run with it off (ieee_float32). The weights' and key gradients' errors on the GPU against float64 on
     the CPU must stay within 2x those of float32 on the CPU (keys with a near-duplicate cluster, where float32 itself
     loses ~1e-3 of the gradient): TF32's 10-bit mantissa would cost ~8x float32's 23-bit one per digit lost."""
-    from attnlab.nn.gates import MagnitudeGate
+    from attnlab.mechanisms.magnitude.module import MagnitudeGate
 
     torch.manual_seed(0)
     gate = MagnitudeGate(form, solver=solver, eps=1e-3 if solver == "cholesky" else 0.1, rank=32, n_heads=4,

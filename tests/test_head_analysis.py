@@ -16,7 +16,7 @@ from attnlab import GPT, GPTConfig
 from attnlab.analysis.heads import head_knockout, head_similarity, js_divergence, masked_head, moh_usage
 from attnlab.cli import main
 from attnlab.experiments.heads import heads_table, write_heads
-from attnlab.functional.heads import moh_gates
+from attnlab.mechanisms.heads.functional import moh_gates
 from attnlab.rundir import CHECKPOINT_DIR
 from attnlab.train import train
 from helpers import one_line_error, tiny

@@ -12,7 +12,7 @@ import torch
 from attnlab import GPT, GPTConfig, get_variant
 from attnlab.attention_config import AttentionConfig
 from attnlab.functional import attention
-from attnlab.functional.heads import moh_balance_loss, moh_gates
+from attnlab.mechanisms.heads.functional import moh_balance_loss, moh_gates
 from attnlab.nn import Attention
 from helpers import LEAK_TOL, build, max_leak, one_line_error
 
@@ -46,7 +46,7 @@ def talking_heads_ref(q, k, v, p_logits, p_weights, causal=True):
 
 def moh_gates_ref(x, w_shared, w_routed, w_group, top_k):
     """Jin et al. 2024, s.3.2, one token at a time, with the released code's normalisation (module docstring of
-    attnlab.functional.heads): g = [a_1 h_s softmax(W_s x), a_2 k renorm(top-k of softmax(W_r x))], a = 2 softmax(W_h x)."""
+    attnlab.mechanisms.heads.functional): g = [a_1 h_s softmax(W_s x), a_2 k renorm(top-k of softmax(W_r x))], a = 2 softmax(W_h x)."""
     gates = []
     for xt in np.asarray(x, dtype=np.float64).reshape(-1, x.shape[-1]):
         p = _softmax(w_routed @ xt)
@@ -220,7 +220,7 @@ def coda_layer_ref(q, k, v, previous, weights, biases):
 
 
 def test_coda_layer_matches_the_cascade_written_out():
-    from attnlab.nn.heads import LogitCascade
+    from attnlab.mechanisms.heads.module import LogitCascade
 
     torch.manual_seed(0)
     cfg = get_variant("coda").replace(n_head=4, n_kv_head=4)
@@ -242,7 +242,7 @@ def test_coda_layer_matches_the_cascade_written_out():
 
 
 def test_coda_noise_is_unit_gaussian_in_training_and_absent_at_evaluation():
-    from attnlab.functional.heads import cascade_logits
+    from attnlab.mechanisms.heads.functional import cascade_logits
 
     scores = torch.randn(4, 4, 64, 64, dtype=torch.float64)
     noisy = cascade_logits(scores, None, None, 1.0, generator=torch.Generator().manual_seed(0)) - scores

@@ -18,6 +18,7 @@ PACKAGE = ROOT / "attnlab"
 LAYERS = [
     {"errors", "atomic", "lock", "configio", "rundir", "weights"},
     {"functional", "tasks"},
+    {"mechanisms"},
     {"attention_config", "variants", "config", "hf", "data"},
     {"nn"},
     {"model"},

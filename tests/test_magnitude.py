@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import attnlab
-from attnlab.functional import magnitude as M
+from attnlab.mechanisms.magnitude import reference as M
 
 F64 = torch.float64
 

@@ -14,9 +14,9 @@ import torch
 
 from attnlab import GPT, Attention, AttentionConfig, GPTConfig, get_variant, variant_info
 from attnlab.functional import attention, uses_sdpa
-from attnlab.functional import magnitude as M
-from attnlab.functional import magnitude_kernel as K
-from attnlab.nn.gates import MagnitudeGate, magnitude_stats
+from attnlab.mechanisms.magnitude import reference as M
+from attnlab.mechanisms.magnitude import fused as K
+from attnlab.mechanisms.magnitude.module import MagnitudeGate, magnitude_stats
 from helpers import LEAK_TOL, attention_ref, build, max_leak, one_line_error, tiny
 
 F64 = torch.float64

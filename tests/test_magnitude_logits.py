@@ -15,9 +15,9 @@ import torch
 
 from attnlab import Attention, AttentionConfig, get_variant, variant_info
 from attnlab.functional import attention
-from attnlab.functional import magnitude as M
-from attnlab.functional import magnitude_kernel as K
-from attnlab.nn.gates import MagnitudeGate
+from attnlab.mechanisms.magnitude import reference as M
+from attnlab.mechanisms.magnitude import fused as K
+from attnlab.mechanisms.magnitude.module import MagnitudeGate
 from helpers import one_line_error
 
 F64 = torch.float64

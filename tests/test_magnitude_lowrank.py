@@ -1,14 +1,14 @@
-"""The low-rank causal magnitude solver (attnlab.functional.magnitude_lowrank, issue 16) against independent
+"""The low-rank causal magnitude solver (attnlab.mechanisms.magnitude.lowrank, issue 16) against independent
 references: a dense float64 solve of every prefix system of the same approximated matrix, the exact Cholesky prefix
-forms of attnlab.functional.magnitude, and the exact similarity when the landmarks are the points themselves."""
+forms of attnlab.mechanisms.magnitude.reference, and the exact similarity when the landmarks are the points themselves."""
 
 import numpy as np
 import pytest
 import torch
 
-from attnlab.functional.magnitude import prefix_factor, prefix_weight_matrix_from_factor, similarity
-from attnlab.functional.magnitude import own_prefix_weights_from_factor, prefix_weights
-from attnlab.functional.magnitude_lowrank import lowrank_prefix, nystrom_features, prefix_weight_matrix_lowrank
+from attnlab.mechanisms.magnitude.reference import prefix_factor, prefix_weight_matrix_from_factor, similarity
+from attnlab.mechanisms.magnitude.reference import own_prefix_weights_from_factor, prefix_weights
+from attnlab.mechanisms.magnitude.lowrank import lowrank_prefix, nystrom_features, prefix_weight_matrix_lowrank
 
 
 def _problem(seed=0, batch=2, n=37, r=6, dim=5, t=0.7, eps=0.01):
@@ -156,7 +156,7 @@ def test_gate_with_the_keys_as_landmarks_gives_the_exact_gate(form):
     """A lowrank MagnitudeGate whose landmarks are the keys themselves (r = T, so the Nystrom features hold the
     whole kernel) gates as the exact Cholesky gate does, to 1e-4 (float64; the landmark jitter 1e-6 against
     cond(Z + eps I) < 1e3 here)."""
-    from attnlab.nn.gates import MagnitudeGate
+    from attnlab.mechanisms.magnitude.module import MagnitudeGate
 
     torch.manual_seed(0)
     keys = torch.randn(2, 3, 12, 4, dtype=torch.float64)
@@ -265,7 +265,7 @@ def test_benchmark_scaling_exponent_is_the_log_log_slope():
 def test_exact_kernel_chunks_its_matrices_on_every_device():
     """The exact kernel keeps each [chunk, N, N] buffer bounded on devices other than CPU too (1 GiB; CPU 16 MiB):
     at N = 4096 in float32 a 64 MiB matrix, so 16 per chunk, not all B x H at once."""
-    from attnlab.functional.magnitude_kernel import CHUNK_BYTES, DEVICE_CHUNK_BYTES, _chunk_size
+    from attnlab.mechanisms.magnitude.fused import CHUNK_BYTES, DEVICE_CHUNK_BYTES, _chunk_size
 
     meta = torch.empty(0, device="meta")  # any device that is not the CPU
     assert _chunk_size(64, 4096, meta) == DEVICE_CHUNK_BYTES // (4096 * 4096 * 4) == 16
@@ -278,7 +278,7 @@ def test_front_ends_take_the_lowrank_solver():
     with the points themselves as landmarks the exact prefix forms to 1e-4 (as above); a bad rank or the global
     form get a clear error."""
     import attnlab
-    from attnlab.functional.magnitude import prefix_weight_matrix
+    from attnlab.mechanisms.magnitude.reference import prefix_weight_matrix
 
     x = np.random.default_rng(5).normal(size=(12, 4))
     kw = {"eps": 0.1, "t": 0.7}
@@ -301,7 +301,7 @@ def test_trained_rows_read_each_gate_s_keys_t_and_landmarks(tmp_path):
     the gate's own landmarks, learned t and eps (medians and maxima of |w - w exact| to 1e-9, pooled over layers)."""
     from attnlab.configio import apply_overrides
     from attnlab.experiments.lowrank_error import gate_keys, trained_rows
-    from attnlab.nn.gates import magnitude_gates
+    from attnlab.mechanisms.magnitude.module import magnitude_gates
     from attnlab.train import load_run, train
     from helpers import tiny
 

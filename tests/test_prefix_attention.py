@@ -1,18 +1,18 @@
-"""The block-wise low-rank prefix gated attention (attnlab.functional.prefix_attention, issue 16) against the formula
+"""The block-wise low-rank prefix gated attention (attnlab.mechanisms.magnitude.prefix_blocks, issue 16) against the formula
 written out densely in float64, and the Attention layer that uses it against the explicit path."""
 
 import pytest
 import torch
 
 from attnlab import GPT, GPTConfig
-from attnlab.functional.prefix_attention import lowrank_prefix_attention
+from attnlab.mechanisms.magnitude.prefix_blocks import lowrank_prefix_attention
 from attnlab.nn import Attention
 from helpers import LEAK_TOL, VOCAB, T, max_leak
 
 
 def _dense(q, k, v, phi, lam, c, beta, gamma, gate, scale, floor=None):
     """o_i = sum_{j <= i} softmax_j(s q_i'k_j) g((1 - phi_j'c_i) / lam_j) v_j, every matrix [T, T] (seed 000's prefix
-    gate with the low-rank weights; gate() of attnlab.functional.magnitude written out again); with floor, o_i =
+    gate with the low-rank weights; gate() of attnlab.mechanisms.magnitude.reference written out again); with floor, o_i =
     sum_{j <= i} softmax_j(s q_i'k_j + log max(M_ij, floor)) v_j instead (the weights as a logit prior)."""
     n = q.shape[-2]
     keep = torch.ones(n, n, dtype=torch.bool).tril()
@@ -172,7 +172,7 @@ def test_the_block_is_the_chunk_on_the_cpu_and_at_least_256_on_a_gpu(monkeypatch
     kernel launches (docs/speed.md has the H200's chunk sweep). The layer passes the block it computes for the
     device of its inputs (captured here on the CPU, with magnitude_chunk = 24)."""
     import attnlab.nn.attention as attention_module
-    from attnlab.functional.prefix_attention import DEVICE_MIN_BLOCK, block_for
+    from attnlab.mechanisms.magnitude.prefix_blocks import DEVICE_MIN_BLOCK, block_for
 
     assert DEVICE_MIN_BLOCK == 256
     assert [block_for(64, "cpu"), block_for(300, "cpu"), block_for(64, "cuda"), block_for(512, "cuda")] == [64, 300, 256, 512]

@@ -8,7 +8,7 @@ import torch
 
 from attnlab import GPT, Attention, AttentionConfig, GPTConfig, get_variant
 from attnlab.functional import qk_normalize
-from attnlab.nn.projections import IdentityInitLinear, LowRankLinear
+from attnlab.mechanisms.projections.module import IdentityInitLinear, LowRankLinear
 from helpers import LEAK_TOL, attention_ref, build, max_leak, one_line_error
 
 C, H, D, B, T = 32, 4, 8, 2, 9  # n_embd, n_head, head_dim, batch, sequence
@@ -226,7 +226,7 @@ def test_mla_rebuilds_k_and_v_from_one_latent(n_kv_head):
 def test_mla_kv_cache_numbers_for_the_cpu_and_gpt2_small_shapes(n_embd, n_head, d_c, kv):
     """The README's numbers: d_c = n_embd/4 floats per token per layer against 2 n_head head_dim for MHA K and V."""
     attn = GPTConfig(n_embd=n_embd, n_head=n_head, attention="mla").resolved_attention()
-    from attnlab.nn.projections import kv_cache_per_token
+    from attnlab.mechanisms.projections.module import kv_cache_per_token
 
     assert kv_cache_per_token(attn, n_embd) == {"cached": d_c, "kv": kv, "mha": kv}
     assert kv_cache_per_token(get_variant("mla").replace(kv_latent=100, kv_latent_fraction=None, n_head=n_head,

@@ -78,7 +78,7 @@ def test_spectra_against_svd_of_the_weights_by_hand():
 
 
 def test_residual_projection_enters_as_w_plus_identity():
-    projections = pytest.importorskip("attnlab.nn.projections")
+    projections = pytest.importorskip("attnlab.mechanisms.projections.module")
     if not hasattr(projections, "Residual"):
         pytest.skip("no Residual projection in this tree")
     model = GPT(GPTConfig(vocab_size=40, block_size=16, n_layer=1, n_head=2, n_embd=16))

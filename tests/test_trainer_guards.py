@@ -51,7 +51,7 @@ def test_tf32_on_for_cuda_float32_and_off_inside_the_magnitude_gate():
     are module properties, not attributes, so they are saved and restored by hand (monkeypatch cannot undo them)."""
     import torch
 
-    from attnlab.functional.magnitude_kernel import ieee_float32
+    from attnlab.mechanisms.magnitude.fused import ieee_float32
     from attnlab.train.trainer import configure_tf32
 
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -77,7 +77,7 @@ def test_full_precision_backward_gives_autograd_s_values_and_gradients(form):
     plain autograd's in float64, to rounding (1e-12)."""
     import torch
 
-    from attnlab.functional.magnitude_kernel import full_precision_backward, lowrank_key_weights
+    from attnlab.mechanisms.magnitude.fused import full_precision_backward, lowrank_key_weights
 
     torch.manual_seed(0)
     keys = torch.randn(2, 3, 40, 8, dtype=torch.float64, requires_grad=True)

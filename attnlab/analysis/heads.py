@@ -9,7 +9,7 @@
 * Head importance (Michel et al. 2019, "Are Sixteen Heads Really Better than One?", arXiv:1905.10650): head h's
   output is multiplied by xi_h before W_o, y = concat_h(xi_h o_h) W_o, and the importance of head h of layer l is
   the validation loss increase when it alone is masked out, delta_lh = L(xi = 1 - e_h in layer l) - L(xi = 1).
-* MoH router usage (Jin et al. 2024, arXiv:2410.11842; attnlab.functional.heads): per head, the mean weight g_h
+* MoH router usage (Jin et al. 2024, arXiv:2410.11842; attnlab.mechanisms.heads.functional): per head, the mean weight g_h
   over tokens, and for the routed heads the fraction of tokens whose top-k selected it (these fractions sum to k).
 """
 

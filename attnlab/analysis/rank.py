@@ -35,7 +35,7 @@ from ..atomic import atomic_path, write_text
 from ..errors import ConfigError
 
 try:  # Q/K/V projection modules (seed 001 steps 5-6, MLA); older trees have plain nn.Linear only
-    from ..nn.projections import Residual as _Residual
+    from ..mechanisms.projections.module import Residual as _Residual
 except ImportError:  # pragma: no cover
     _Residual = None
 
@@ -59,7 +59,7 @@ def effective_weight(proj: nn.Module | None, n_in: int) -> torch.Tensor | None:
     """The linear map x -> proj(x) without its bias, as W [in, out] (float64, x W convention), or None.
 
     nn.Linear and any module with a 2-D ``weight`` (identity-initialised, low-rank W = B A): weight';
-    nn.Identity (Q/K/V = x): I; attnlab.nn.projections.Residual (proj(x) + x): W + I.
+    nn.Identity (Q/K/V = x): I; attnlab.mechanisms.projections.module.Residual (proj(x) + x): W + I.
     """
     if proj is None:
         return None

@@ -2,7 +2,7 @@
 
 For key sets of T keys in R^d (families below), r landmarks, and each causal quantity, the distribution over
 positions (median, 95th percentile, max) of the absolute error against the exact Cholesky forms of
-:mod:`attnlab.functional.magnitude` at the same t and eps:
+:mod:`attnlab.mechanisms.magnitude.reference` at the same t and eps:
 
     w      |w_j - w_j exact|          key j's weight inside its own prefix (the "causal" gate's input)
     M      |M_ij - M_ij exact|, j <= i  key j's weight inside query i's prefix (the "prefix" gate's input)
@@ -34,10 +34,10 @@ import torch
 
 from ..data import prepare
 from ..errors import ConfigError
-from ..functional import magnitude as M
-from ..functional.magnitude_lowrank import LANDMARK_INIT_STD, lowrank_prefix, nystrom_features
-from ..functional.magnitude_lowrank import prefix_weight_matrix_lowrank
-from ..nn.gates import magnitude_gates
+from ..mechanisms.magnitude import reference as M
+from ..mechanisms.magnitude.lowrank import LANDMARK_INIT_STD, lowrank_prefix, nystrom_features
+from ..mechanisms.magnitude.lowrank import prefix_weight_matrix_lowrank
+from ..mechanisms.magnitude.module import magnitude_gates
 from ..train.trainer import load_run
 
 __all__ = ["FAMILIES", "LANDMARKS", "error_rows", "error_table", "gate_keys", "keys_of", "main", "run",

@@ -14,7 +14,7 @@ import warnings
 import torch
 
 from ..functional import attention
-from ..functional import magnitude as M
+from ..mechanisms.magnitude import reference as M
 
 CLUSTER, UNIQUE_SCORE = 50, 20.0  # seed 000: 50 keys with exp score 1 against one key with exp score 20
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .heads import mix_heads
 from .masks import causal_keep, mask_renormalize_softmax
 from .scores import default_scale, dot_logits, rbf_augment, rbf_logits
 
@@ -29,6 +28,12 @@ _SDPA_HAS_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     """[B, Hkv, S, d] -> [B, Hkv * n_rep, S, d]: query head h uses K/V head h // n_rep (GQA; MQA when Hkv = 1)."""
     return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
+
+
+def mix_heads(x: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
+    """Talking heads: y_g = sum_h x_h P[h, g] over the head axis 1 of x [B, H, T, S]; mix P [H, H]
+    (attnlab.mechanisms.heads)."""
+    return torch.einsum("bhts,hg->bgts", x, mix)
 
 
 def sdpa_enable_gqa(device_type: str, dtype: torch.dtype) -> bool:
@@ -93,17 +98,17 @@ def attention(
         (seed 000's per-(i, j) prefix magnitude gate); explicit path only. The returned weights are p, ungated.
     logit_prior: optional additive prior on the logits, per key [B, H or Hkv, S] or per (i, j) [B, H or Hkv, T, S]:
         p_i = softmax(z_i + prior_i), i.e. p_ij proportional to exp(prior_ij) exp(z_ij) (seed 000's magnitude
-        weights as a prior, prior = log max(w, floor); attnlab.functional.magnitude.log_prior). Softmax only; on
+        weights as a prior, prior = log max(w, floor); attnlab.mechanisms.magnitude.reference.log_prior). Softmax only; on
         SDPA it is the float attn_mask, with the causal -inf folded in (gradients flow into it).
     attn_mask: optional mask broadcastable to [B, H, T, S], e.g. padding: boolean (True where query i may see key
         j) or float (added to the logits; -inf hides a key; softmax only). It combines with `causal` (with the
         renormalize form, the mask hides keys inside the softmax and the causal mask renormalises after it). A
         query that sees no key at all gets weights 0 and output 0, as SDPA gives.
-    head_mix: talking heads (Shazeer et al. 2020; attnlab.functional.heads), (P_l, P_w) [H, H] each: the logits
+    head_mix: talking heads (Shazeer et al. 2020; attnlab.mechanisms.heads.functional), (P_l, P_w) [H, H] each: the logits
         are mixed across heads by P_l before the mask, prior and softmax, the weights by P_w after them (explicit
         path; the returned weights are the mixed ones, those that multiply v).
     logit_fn: optional z -> z' applied to the kernel's logits [B, H, T, S] before any mask or prior (explicit path;
-        e.g. CODA's cascade, attnlab.functional.heads.cascade_logits).
+        e.g. CODA's cascade, attnlab.mechanisms.heads.functional.cascade_logits).
     causal with more keys than queries (S > T, decoding with a K/V cache): query i sits at position S - T + i and
     sees keys j <= S - T + i (attnlab.functional.masks.causal_keep).
     Returns the output [B, H, T, dv], or (output, weights [B, H, T, S]) when return_weights.

@@ -9,14 +9,14 @@ from torch import nn
 from ..config import AttentionConfig
 from ..errors import ConfigError
 from ..functional.attention import attention, repeat_kv
-from ..functional.heads import cascade_logits
-from ..functional.magnitude import PRIOR_FLOOR
-from ..functional.prefix_attention import block_for, lowrank_prefix_attention
+from ..mechanisms.heads.functional import cascade_logits
+from ..mechanisms.magnitude.reference import PRIOR_FLOOR
+from ..mechanisms.magnitude.prefix_blocks import block_for, lowrank_prefix_attention
 from ..functional.scores import default_scale, qk_normalize
-from .gates import MagnitudeGate
-from .heads import HeadMLP, LogitCascade, MoHRouter, TalkingHeads
 from .kv_cache import LayerKV
-from .projections import LatentKV, kv_cache_per_token, make_projection, resolve_latent, resolve_rank
+from ..mechanisms.heads.module import HeadMLP, LogitCascade, MoHRouter, TalkingHeads
+from ..mechanisms.magnitude.module import MagnitudeGate
+from ..mechanisms.projections.module import LatentKV, kv_cache_per_token, make_projection, resolve_latent, resolve_rank
 
 
 class Attention(nn.Module):
@@ -26,15 +26,15 @@ class Attention(nn.Module):
         y = concat_h(attention(q_h, k_g(h), v_g(h))) W_o
     With config.magnitude != "off", a MagnitudeGate of the (pre-RoPE) keys gates the values (seed 000):
     v_j <- g_j v_j ("global", "causal"; the SDPA path stays), or p_ij <- p_ij g_ij ("prefix"; explicit path, or
-    with the low-rank solver attnlab.functional.prefix_attention's blocks, which never build the [T, T] gate);
+    with the low-rank solver attnlab.mechanisms.magnitude.prefix_blocks's blocks, which never build the [T, T] gate);
     with magnitude_apply="logits" the weights are a prior inside the softmax instead, z_ij + log max(w_ij, floor)
     (every form; SDPA with a float mask).
-    Q/K/V may be x itself, identity-initialised or residual (seed 001; attnlab.nn.projections), low rank, or K, V
+    Q/K/V may be x itself, identity-initialised or residual (seed 001; attnlab.mechanisms.projections.module), low rank, or K, V
     rebuilt from one latent per token (MLA: attribute kv_latent instead of k_proj, v_proj); out_proj=False drops W_o.
     qk_norm != "off": logits g cos(q_h, k_h) / T (Henry et al. 2020), g a float or the parameter qk_gain.
     head_mix: "talking" mixes the logits and the weights across heads (Shazeer et al. 2020); "moh" weights head h of
     token t by a router's g_th before W_o, y = concat_h(g_h o_h) W_o (Jin et al. 2024); "coda" makes the logits a
-    cascade through the layers (Zheng et al. 2021; attnlab.functional.heads.cascade_logits): ``layer`` (the block's
+    cascade through the layers (Zheng et al. 2021; attnlab.mechanisms.heads.functional.cascade_logits): ``layer`` (the block's
     index) > 0 gets the head MLP f_l, and GPT shares one LogitCascade among its layers (``cascade``).
     """
 
@@ -146,7 +146,7 @@ class Attention(nn.Module):
                 kv: LayerKV | None = None, count_prior: torch.Tensor | None = None):
         """x [B, T, n_embd] -> [B, T, n_embd] (and the weights [B, n_head, T, S] when return_weights).
 
-        count_prior: -log c_ij [B, 1, T, T] of the sequence's token ids (attnlab.functional.count_prior), required
+        count_prior: -log c_ij [B, 1, T, T] of the sequence's token ids (attnlab.mechanisms.count_prior.reference), required
         when config.count_prior (the GPT computes it once for all its layers) and ignored otherwise.
 
         kv: this layer's K/V cache (incremental decoding): x holds the T tokens after the kv.length cached ones;

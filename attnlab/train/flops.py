@@ -55,7 +55,7 @@ def gate_flops_per_token(model: nn.Module, block_size: int) -> int:
     LAPACK work on its 32 x 32 diagonal blocks, a few percent at T >= 256, is not counted). 0 without gates."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ..nn.gates import magnitude_gates
+    from ..mechanisms.magnitude.module import magnitude_gates
 
     total = 0
     for gate in magnitude_gates(model):

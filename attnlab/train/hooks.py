@@ -33,8 +33,8 @@ from ..analysis.rank import rank_metrics
 from ..analysis.task_mass import attention_mass
 from ..data.task_source import task_name
 from ..tasks import get_task
-from ..nn.gates import magnitude_gates, magnitude_log, record_magnitude_stats
-from ..nn.heads import moh_log, moh_routers
+from ..mechanisms.magnitude.module import magnitude_gates, magnitude_log, record_magnitude_stats
+from ..mechanisms.heads.module import moh_log, moh_routers
 
 __all__ = ["TrainHook", "MagnitudeGateHook", "MoHHook", "RankHook", "HijackSweepHook", "default_hooks"]
 

@@ -52,7 +52,7 @@ def split_params(model: nn.Module) -> tuple[list[tuple[str, nn.Parameter]], list
     name.
     """
     from ..nn import LearnedPositions
-    from ..nn.gates import magnitude_gates
+    from ..mechanisms.magnitude.module import magnitude_gates
 
     embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, (nn.Embedding, LearnedPositions))}
     embedding_ids |= {id(g.landmarks) for g in magnitude_gates(model) if g.landmarks is not None}

@@ -253,7 +253,7 @@ def _resolve(cfg: RunConfig | None, resume) -> tuple[RunConfig, Path, bool]:
 
 def configure_tf32(device_type: str, dtype: str) -> bool:
     """TF32 for float32 matmuls and convolutions on CUDA (Ampere and later: ~8x the float32 matmul rate at a 10-bit
-    mantissa), as nanoGPT does; the magnitude gate switches it off around its solves (attnlab.nn.gates.
+    mantissa), as nanoGPT does; the magnitude gate switches it off around its solves (attnlab.mechanisms.magnitude.module.
     ieee_float32). Returns whether it was switched on (float32 runs on CUDA only)."""
     on = device_type == "cuda" and dtype == "float32"
     if on:

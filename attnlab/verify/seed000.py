@@ -15,7 +15,7 @@ import functools
 import torch
 
 from ..experiments import magnitude_demo as demo
-from ..functional import magnitude as M
+from ..mechanisms.magnitude import reference as M
 from .ledger import check
 
 EPS = 1e-3  # Tikhonov eps (seed 000 step 2; AttentionConfig.magnitude_eps default): Z = J for clones is singular

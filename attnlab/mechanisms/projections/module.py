@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention_config import LEARNED_MODES
-from ..attention_config import PROJECTION_MODES as MODES
-from ..errors import ConfigError
+from ...errors import ConfigError
 
+MODES = ("projected", "identity", "identity_init", "residual")  # how Q, K or V is made (the table above)
+LEARNED_MODES = ("projected", "residual")  # the modes with a trained W that low rank can factor (W = B A)
 GPT2_INIT_STD = 0.02  # GPT-2's N(0, 0.02) weight init (attnlab.model.GPT._init_weights)
 
 

@@ -1,7 +1,7 @@
 """The fused magnitude kernel behind :class:`attnlab.nn.MagnitudeGate`: keys -> magnitude weights in one autograd
 node with hand-derived gradients (seed 000; Gaussian kernel only).
 
-It computes the same numbers as the reference math in :mod:`attnlab.functional.magnitude` (similarity + tikhonov
+It computes the same numbers as the reference math in :mod:`attnlab.mechanisms.magnitude.reference` (similarity + tikhonov
 + solve_weights / prefix_factor / *_from_factor; tests/test_magnitude_attention.py compares them in float64,
 gradients included), faster: see the notes below and the magnitude page of the docs (docs/magnitude.md, "the fast
 kernel").
@@ -15,9 +15,9 @@ import math
 
 import torch
 
-from .magnitude import CAUSAL_FORMS, FORMS, SOLVERS, SolveInfo, _cg, _dot, _eye, _lowrank, _vecmat, cholesky_jitter
-from .magnitude import relative_residual
-from .magnitude_lowrank import CHUNK, prefix_weight_matrix_lowrank
+from .reference import CAUSAL_FORMS, FORMS, SOLVERS, SolveInfo, batched_dot, cg_trace, cholesky_jitter, eye_like
+from .reference import lowrank_solve, relative_residual, vecmat
+from .lowrank import CHUNK, prefix_weight_matrix_lowrank
 
 __all__ = ["BLOCK", "CHUNK_BYTES", "DEVICE_CHUNK_BYTES", "full_precision_backward", "ieee_float32",
            "inverse_cholesky", "gaussian_key_weights", "lowrank_key_weights",
@@ -116,7 +116,7 @@ def inverse_cholesky(a: torch.Tensor, block: int | None = None):
     n, block = a.shape[-1], block or BLOCK
     if n <= block:
         L, info = torch.linalg.cholesky_ex(a)
-        return torch.linalg.solve_triangular(L, _eye(n, a).expand_as(a), upper=False, left=False), info  # G L = I
+        return torch.linalg.solve_triangular(L, eye_like(n, a).expand_as(a), upper=False, left=False), info  # G L = I
     h = block * math.ceil(n / (2 * block))  # split at a multiple of the block
     g1, info1 = inverse_cholesky(a[..., :h, :h], block)  # L11^-1
     l21 = a[..., h:, :h] @ g1.mT  # L21 = A21 L11'^-1
@@ -253,7 +253,7 @@ class _GaussianKeyWeights(torch.autograd.Function):
         if solver == "cg":  # chunk by chunk: vectors of a chunk stay below torch's grain size (no thread wake-ups)
             w = keys.new_empty(n_mats, n)
             for sl, a_sl in zip(chunks, a):
-                w[sl], _, trace = _cg(lambda p: _vecmat(p, a_sl.mT), keys.new_ones(w[sl].shape), max_iter=max_iter)
+                w[sl], _, trace = cg_trace(lambda p: vecmat(p, a_sl.mT), keys.new_ones(w[sl].shape), max_iter=max_iter)
                 saved += [torch.stack(v) for v in zip(*trace)]  # what the adjoint iteration needs
             mu, mag = w, w.sum(-1)
         else:
@@ -264,7 +264,7 @@ class _GaussianKeyWeights(torch.autograd.Function):
                 g, jitter[sl] = cholesky_jitter(a_sl, causal=form != "global", factor=inverse_cholesky)
                 y = g.sum(-1)  # y = L^-1 1
                 if mu is not None:
-                    mu[sl] = _vecmat(y, g)  # mu = L'^-1 y
+                    mu[sl] = vecmat(y, g)  # mu = L'^-1 y
                 mag[sl] = mu[sl].sum(-1) if form == "global" else (y * y).sum(-1)  # |X| = 1'mu = ||L^-1 1||^2
                 if form == "causal":
                     w[sl] = y * torch.diagonal(g, dim1=-2, dim2=-1)  # w_j = y_j / L_jj
@@ -303,7 +303,7 @@ class _GaussianKeyWeights(torch.autograd.Function):
                 continue
             g, y = saved[2 * i], saved[2 * i + 1]
             if ctx.form == "global":  # d mu = -A^-1 dA mu
-                ga = torch.mul(_vecmat(_vecmat(gws, g.mT), g).unsqueeze(-1), w[sl].unsqueeze(-2), out=w1)
+                ga = torch.mul(vecmat(vecmat(gws, g.mT), g).unsqueeze(-1), w[sl].unsqueeze(-2), out=w1)
                 g_x[sl] = _keys_grad(ga, a, x1[sl], -scale)
                 continue
             # in 2 x 2 blocks, using the triangles (causal: 5 of 8 half-size products; prefix: 13 of 24)
@@ -322,9 +322,9 @@ class _GaussianKeyWeights(torch.autograd.Function):
 
 def _cg_adjoint(a: torch.Tensor, trace: list, g_x: torch.Tensor):
     """([E P], [P E]) [c, N, 2k] with [E P] [P E]' = dL/dA + its transpose for the truncated CG iterate x(A)
-    (from 0, b = 1): reverse-mode through the k iterations of :func:`_cg` by hand, E = dL/d(A p_k) stacked.
+    (from 0, b = 1): reverse-mode through the k iterations of :func:`cg_trace` by hand, E = dL/d(A p_k) stacked.
 
-    trace: the stacked per-iteration tensors of _cg (p, A p, r'r, p'Ap, live, alpha, beta, r_new). The guards act
+    trace: the stacked per-iteration tensors of cg_trace (p, A p, r'r, p'Ap, live, alpha, beta, r_new). The guards act
     as in the forward pass: where an iteration froze (live false), alpha and beta are constants 0. Each iteration
     costs one product with A' and a few vector operations (no autograd graph)."""
     p, ap, rr, pap, live, alpha, beta, r_new = trace
@@ -332,14 +332,15 @@ def _cg_adjoint(a: torch.Tensor, trace: list, g_x: torch.Tensor):
     x_bar, r_bar, p_bar, rr_bar = g_x, torch.zeros_like(g_x), torch.zeros_like(g_x), torch.zeros_like(g_x[..., 0])
     e = []
     for k in reversed(range(p.shape[0])):  # adjoints arrive for x_{k+1}, r_{k+1}, p_{k+1}, r_{k+1}'r_{k+1}
-        rr_next = rr[k + 1] if k + 1 < rr.shape[0] else _dot(r_new[k], r_new[k])
+        rr_next = rr[k + 1] if k + 1 < rr.shape[0] else batched_dot(r_new[k], r_new[k])
         r_bar = r_bar + p_bar  # p_{k+1} = r_{k+1} + beta_k p_k
-        beta_bar = _dot(p_bar, p[k])
+        beta_bar = batched_dot(p_bar, p[k])
         p_bar_k = col(beta[k]) * p_bar
         rr_bar = rr_bar + torch.where(live[k], beta_bar / rr[k], 0.0)  # beta_k = r_{k+1}'r_{k+1} / r_k'r_k
         rr_bar_k = torch.where(live[k], -beta_bar * rr_next / rr[k] ** 2, 0.0)
         r_bar = r_bar + 2.0 * col(rr_bar) * r_new[k]  # r_{k+1}'r_{k+1}
-        alpha_bar = _dot(x_bar, p[k]) - _dot(r_bar, ap[k])  # x_{k+1} = x_k + alpha p_k, r_{k+1} = r_k - alpha A p_k
+        # x_{k+1} = x_k + alpha p_k, r_{k+1} = r_k - alpha A p_k
+        alpha_bar = batched_dot(x_bar, p[k]) - batched_dot(r_bar, ap[k])
         ap_bar = -col(alpha[k]) * r_bar
         p_bar_k = p_bar_k + col(alpha[k]) * x_bar
         rr_bar_k = rr_bar_k + torch.where(live[k], alpha_bar / pap[k], 0.0)  # alpha_k = r_k'r_k / p_k'A p_k
@@ -348,7 +349,7 @@ def _cg_adjoint(a: torch.Tensor, trace: list, g_x: torch.Tensor):
         ap_bar = ap_bar + col(pap_bar) * p[k]
         e.append(ap_bar)  # dL/d(A p_k)
         if k > 0:  # p_0 = r_0 = 1 is a constant
-            p_bar_k = p_bar_k + _vecmat(ap_bar, a)  # A' dL/d(A p_k)
+            p_bar_k = p_bar_k + vecmat(ap_bar, a)  # A' dL/d(A p_k)
         r_bar, p_bar, rr_bar = r_bar, p_bar_k, rr_bar_k
     e = torch.stack(e[::-1], dim=-1)
     p = p.movedim(0, -1)
@@ -389,7 +390,7 @@ def lowrank_key_weights(keys: torch.Tensor, landmarks: torch.Tensor, t, eps: flo
     it measures rounding, not the approximation of Z. eps must be > 0 (D can be 0 on a landmark)."""
     if form not in CAUSAL_FORMS:
         raise ValueError(f"form={form!r}: the low-rank solver gives the causal forms 'causal' and 'prefix' only")
-    phi, lam, w, y, c = _lowrank(keys, t, eps, "gaussian", landmarks, None, chunk, with_c=form == "prefix")
+    phi, lam, w, y, c = lowrank_solve(keys, t, eps, "gaussian", landmarks, None, chunk, with_c=form == "prefix")
     residual = keys.new_zeros(keys.shape[:-2])
     if with_residual:
         with torch.no_grad():  # mu = (1 - Phi c_N) / lambda, c_N = S_N^-1 u_N;  A mu = lambda mu + Phi (Phi' mu)
@@ -406,6 +407,6 @@ def lowrank_key_weights(keys: torch.Tensor, landmarks: torch.Tensor, t, eps: flo
 
 def lowrank_prefix_factors(keys: torch.Tensor, landmarks: torch.Tensor, t, eps: float, *, chunk: int = CHUNK):
     """(phi [..., N, r], lambda [..., N], c [..., N, r]): the low-rank solver's factors of the prefix weights,
-    M_ij = (1 - phi_j' c_i) / lambda_j for j <= i, for attnlab.functional.prefix_attention, which never builds M."""
-    phi, lam, _, _, c = _lowrank(keys, t, eps, "gaussian", landmarks, None, chunk)
+    M_ij = (1 - phi_j' c_i) / lambda_j for j <= i, for attnlab.mechanisms.magnitude.prefix_blocks, which never builds M."""
+    phi, lam, _, _, c = lowrank_solve(keys, t, eps, "gaussian", landmarks, None, chunk)
     return phi, lam, c

@@ -1,4 +1,4 @@
-"""The magnitude gate of seed 000 as a module: it holds t, beta, gamma; the math is attnlab.functional.magnitude.
+"""The magnitude gate of seed 000 as a module: it holds t, beta, gamma; the math is attnlab.mechanisms.magnitude.reference.
 
 With apply_to="logits" the same module returns a logit prior instead of a gate (and holds t only)."""
 
@@ -9,11 +9,11 @@ import math
 import torch
 from torch import nn
 
-from ..functional import magnitude as M
-from ..functional.magnitude import FORMS
-from ..functional.magnitude_kernel import full_precision_backward, gaussian_key_weights, lowrank_key_weights
-from ..functional.magnitude_kernel import lowrank_prefix_factors
-from ..functional.magnitude_lowrank import CHUNK, LANDMARK_INIT_STD, RANK
+from . import reference as M
+from .reference import FORMS
+from .fused import full_precision_backward, gaussian_key_weights, lowrank_key_weights
+from .fused import lowrank_prefix_factors
+from .lowrank import CHUNK, LANDMARK_INIT_STD, RANK
 
 
 class MagnitudeGate(nn.Module):
@@ -26,7 +26,7 @@ class MagnitudeGate(nn.Module):
         gate(w)  = sigmoid(beta clamp(w, 0, 1) + gamma) | sigmoid(beta w + gamma) | clamp(beta w + gamma, 0, 1)
     solver="lowrank" (causal and prefix forms): Z ~ Phi Phi' + D with Nystrom features against ``rank`` landmarks
     per K/V head (parameters [n_heads, rank, head_dim], N(0, 0.5^2) at init), every prefix solved chunk by chunk
-    (:mod:`attnlab.functional.magnitude_lowrank`).
+    (:mod:`attnlab.mechanisms.magnitude.lowrank`).
     apply_to="logits" (the control for seed 000's argument, issue 15 item 3): the output is the logit prior
     log max(w, PRIOR_FLOOR) of the same shape instead of gate(w), for softmax(z + prior); there is no gate, so the
     module has no beta and no gamma (the attributes are None) and the gate settings are not used.
@@ -130,7 +130,7 @@ class MagnitudeGate(nn.Module):
     def prefix_factors(self, k: torch.Tensor):
         """(phi, lambda, c) of keys k [B, H, S, d] (form "prefix", solver "lowrank"): M_ij = (1 - phi_j'c_i) /
         lambda_j, the weights that forward() would return as an [S, S] matrix, as factors for
-        attnlab.functional.prefix_attention (>= float32; IEEE float32 matmuls on CUDA). The stats, when recorded,
+        attnlab.mechanisms.magnitude.prefix_blocks (>= float32; IEEE float32 matmuls on CUDA). The stats, when recorded,
         come from the [S, S] weights computed once more without gradients."""
         if self.form != "prefix" or self.solver != "lowrank":
             raise ValueError(f"prefix_factors needs form 'prefix' and solver 'lowrank', got {self.form!r}, "

@@ -23,7 +23,7 @@ inside the softmax, p_ij proportional to max(w, PRIOR_FLOOR)_j exp(z_ij), i.e. z
 Shapes: points x [..., N, d] (any leading batch dims) -> Z [..., N, N], mu / w [..., N], M [..., N, N].
 The front-ends (:func:`magnitude_weights`, :func:`magnitude`, :func:`prefix_magnitude`, ...) also take numpy
 arrays and then return numpy arrays. This module is the reference math, written as the formulas read; the gates
-of a model compute the same numbers through the fused kernel in :mod:`attnlab.functional.magnitude_kernel`.
+of a model compute the same numbers through the fused kernel in :mod:`attnlab.mechanisms.magnitude.fused`.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .magnitude_lowrank import CHUNK, RANK, default_landmarks, lowrank_prefix, nystrom_features
-from .magnitude_lowrank import SOLVER as LOWRANK
-from .magnitude_lowrank import prefix_weight_matrix_lowrank
-from .scores import squared_distances
+from .lowrank import CHUNK, RANK, default_landmarks, lowrank_prefix, nystrom_features
+from .lowrank import SOLVER as LOWRANK
+from .lowrank import prefix_weight_matrix_lowrank
+from ...functional.scores import squared_distances
 
 KERNELS = ("gaussian", "laplacian")
 SOLVERS = ("cholesky", "cg")
@@ -69,7 +69,7 @@ class SolveInfo(NamedTuple):
 # ----------------------------------------------------------------------------------------------------- kernels
 
 
-def _eye(n: int, like: torch.Tensor) -> torch.Tensor:
+def eye_like(n: int, like: torch.Tensor) -> torch.Tensor:
     return torch.eye(n, dtype=like.dtype, device=like.device)
 
 
@@ -103,7 +103,7 @@ def similarity(x: torch.Tensor, t=1.0, kernel: str = "gaussian") -> torch.Tensor
 
 def tikhonov(z: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     """Z + eps I (seed 000, step 2): every eigenvalue >= eps, so cond <= (lambda_max + eps) / eps."""
-    return z if eps == 0 else z + eps * _eye(z.shape[-1], z)
+    return z if eps == 0 else z + eps * eye_like(z.shape[-1], z)
 
 
 # ----------------------------------------------------------------------------------------------------- solvers
@@ -151,7 +151,7 @@ def cholesky_jitter(a: torch.Tensor, *, causal: bool = False, max_tries: int = M
     return L, jitter
 
 
-def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def batched_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a * b).sum(-1)
 
 
@@ -159,7 +159,7 @@ def _matvec(a: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return (a @ v.unsqueeze(-1)).squeeze(-1)
 
 
-def _vecmat(v: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+def vecmat(v: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     """v'a [..., N] (on CPU a batched row vector times a matrix streams the matrix about 2x faster than a @ v)."""
     return (v.unsqueeze(-2) @ a).squeeze(-2)
 
@@ -172,29 +172,29 @@ def cg_solve(a: torch.Tensor, b: torch.Tensor, *, max_iter: int, tol: float | No
     converged (r = 0) or lost positive curvature (p'Ap <= 0) freezes (alpha = beta = 0); the divisions are guarded
     on both branches, so neither the forward nor the backward pass meets 0/0.
     """
-    x, its, _ = _cg(lambda p: _matvec(a, p), b, max_iter=max_iter, tol=tol)
+    x, its, _ = cg_trace(lambda p: _matvec(a, p), b, max_iter=max_iter, tol=tol)
     return x, its
 
 
-def _cg(matvec, b: torch.Tensor, *, max_iter: int, tol: float | None = None):
+def cg_trace(matvec, b: torch.Tensor, *, max_iter: int, tol: float | None = None):
     """(x, iterations, trace): :func:`cg_solve` with the product A p given as matvec(p); trace: per iteration k
     (p_k, A p_k, r_k'r_k, p_k'A p_k, live_k, alpha_k, beta_k, r_{k+1}), what :func:`_cg_adjoint` needs."""
     x = torch.zeros_like(b)
     r = b.clone()  # r_0 = b - A x_0
     p = r
-    rr = _dot(r, r)
-    stop = 0.0 if tol is None else (tol ** 2) * _dot(b, b)
+    rr = batched_dot(r, r)
+    stop = 0.0 if tol is None else (tol ** 2) * batched_dot(b, b)
     its, trace = 0, []
     for _ in range(max_iter):
         if tol is not None and not bool((rr > stop).any()):
             break
         ap = matvec(p)
-        pap = _dot(p, ap)
+        pap = batched_dot(p, ap)
         live = (rr > stop) & (pap > 0)
         alpha = torch.where(live, rr / torch.where(live, pap, 1.0), 0.0)  # alpha_k = r'r / p'Ap
         x = x + alpha[..., None] * p  # x_{k+1} = x_k + alpha_k p_k
         r = r - alpha[..., None] * ap  # r_{k+1} = r_k - alpha_k A p_k
-        rr_new = _dot(r, r)
+        rr_new = batched_dot(r, r)
         beta = torch.where(live, rr_new / torch.where(live, rr, 1.0), 0.0)  # beta_k = r'r (new) / r'r (old)
         trace.append((p, ap, rr, pap, live, alpha, beta, r))
         p = r + beta[..., None] * p  # p_{k+1} = r_{k+1} + beta_k p_k
@@ -266,7 +266,7 @@ def own_prefix_weights_from_factor(L: torch.Tensor, y: torch.Tensor) -> torch.Te
 
 def prefix_weight_matrix_from_factor(L: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """M_ij = sum_{m=j..i} G_mj y_m, G = L^-1: entry j of Z_i^-1 1 = (L_i'^-1 y_1..i)_j; zero above the diagonal."""
-    g = torch.linalg.solve_triangular(L, _eye(L.shape[-1], L).expand_as(L), upper=False)  # G = L^-1 (lower)
+    g = torch.linalg.solve_triangular(L, eye_like(L.shape[-1], L).expand_as(L), upper=False)  # G = L^-1 (lower)
     return torch.cumsum(y.unsqueeze(-1) * g, dim=-2).tril()  # M = cumsum over rows m of diag(y) G
 
 
@@ -373,8 +373,8 @@ def _prefix(x, t, eps, kernel, solver):
     return prefix_factor(similarity(x, t, kernel), eps)
 
 
-def _lowrank(x, t, eps, kernel, landmarks, rank, chunk, with_c=True):
-    """(phi, lambda, w, y, c) of the low-rank solver (attnlab.functional.magnitude_lowrank) on points x; c is None
+def lowrank_solve(x, t, eps, kernel, landmarks, rank, chunk, with_c=True):
+    """(phi, lambda, w, y, c) of the low-rank solver (attnlab.mechanisms.magnitude.lowrank) on points x; c is None
     unless with_c (only the weight matrix M needs it)."""
     _check(x, t, eps, kernel)
     if kernel != "gaussian" or not eps > 0:
@@ -396,7 +396,7 @@ def prefix_magnitude(x, t=1.0, *, eps: float = 0.0, kernel: str = "gaussian", so
     solver="lowrank": the same for Z ~ Phi Phi' + D with Nystrom features against ``landmarks`` [..., r, d] (default:
     ``rank`` points drawn as a model's landmarks are at initialisation, N(0, 0.5^2), seed 0), chunks of ``chunk``."""
     if solver == LOWRANK:
-        return _lowrank(x, t, eps, kernel, landmarks, rank, chunk, with_c=False)[3].square().cumsum(-1)
+        return lowrank_solve(x, t, eps, kernel, landmarks, rank, chunk, with_c=False)[3].square().cumsum(-1)
     L, y, _ = _prefix(x, t, eps, kernel, solver)
     return prefix_magnitude_from_factor(y)
 
@@ -407,7 +407,7 @@ def prefix_weights(x, t=1.0, *, eps: float = 0.0, kernel: str = "gaussian", solv
     """w [..., N]: the weight of point j inside its own prefix {1..j}, y_j / L_jj (exact, causal; solver="lowrank"
     as in :func:`prefix_magnitude`)."""
     if solver == LOWRANK:
-        return _lowrank(x, t, eps, kernel, landmarks, rank, chunk, with_c=False)[2]
+        return lowrank_solve(x, t, eps, kernel, landmarks, rank, chunk, with_c=False)[2]
     L, y, _ = _prefix(x, t, eps, kernel, solver)
     return own_prefix_weights_from_factor(L, y)
 
@@ -418,7 +418,7 @@ def prefix_weight_matrix(x, t=1.0, *, eps: float = 0.0, kernel: str = "gaussian"
     """M [..., N, N]: M_ij = weight of point j inside the prefix {1..i} (j <= i; 0 above the diagonal; solver="lowrank"
     as in :func:`prefix_magnitude`)."""
     if solver == LOWRANK:
-        phi, lam, _, _, c = _lowrank(x, t, eps, kernel, landmarks, rank, chunk)
+        phi, lam, _, _, c = lowrank_solve(x, t, eps, kernel, landmarks, rank, chunk)
         return prefix_weight_matrix_lowrank(phi, lam, c)
     L, y, _ = _prefix(x, t, eps, kernel, solver)
     return prefix_weight_matrix_from_factor(L, y)

@@ -1,4 +1,4 @@
-"""The parameters of head recombination; the math is attnlab.functional.heads.
+"""The parameters of head recombination; the math is attnlab.mechanisms.heads.functional.
 
 TalkingHeads holds P_l and P_w (identity at init, so the layer starts as plain multi-head attention);
 MoHRouter holds W_s, W_r, W_h and keeps the last forward's router statistics for the balance loss and the logs;
@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..functional.heads import moh_balance_loss, moh_gates
+from .functional import moh_balance_loss, moh_gates
 
 
 class TalkingHeads(nn.Module):

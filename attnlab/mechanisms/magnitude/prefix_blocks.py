@@ -1,12 +1,12 @@
 """Causal attention with the low-rank prefix magnitude gate, block by block, without any T x T matrix in memory.
 
 The prefix form of seed 000 gates value j as seen by query i by key j's weight inside query i's prefix. With the
-low-rank solver (:mod:`attnlab.functional.magnitude_lowrank`) that weight has a closed form,
+low-rank solver (:mod:`attnlab.mechanisms.magnitude.lowrank`) that weight has a closed form,
 
     M_ij = (1 - phi_j' c_i) / lambda_j = 1/lambda_j - c_i' (phi_j / lambda_j)        (j <= i)
     o_i  = sum_{j <= i} p_ij g(M_ij) v_j,   p_i = softmax_j(z_ij),  z_ij = s q_i' k_j      (seed 000, step 3)
 
-with g one of the gates of :func:`attnlab.functional.magnitude.gate`. The explicit path builds M, g(M), the logits
+with g one of the gates of :func:`attnlab.mechanisms.magnitude.reference.gate`. The explicit path builds M, g(M), the logits
 and the weights as [T, T] matrices per head and keeps them all for the backward pass (1 GiB at T = 2048 for 8
 heads). Here both passes run over blocks of queries, as flash attention does (Dao et al. 2022, arXiv:2205.14135):
 block b = rows i0..i1-1 needs keys j < i1 only (the causal mask skips the rest: half of the T x T work), its
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import torch
 
-from .magnitude import GATES
-from .magnitude_kernel import ieee_float32
+from .reference import GATES
+from .fused import ieee_float32
 
 __all__ = ["BLOCK", "DEVICE_MIN_BLOCK", "block_for", "lowrank_prefix_attention"]
 
@@ -148,8 +148,8 @@ def lowrank_prefix_attention(q, k, v, phi, lam, c, beta=1.0, gamma=0.0, *, gate:
 
     q, k [B, H, T, d], v [B, H, T, dv] (K/V heads already repeated to H), scale s (logits z_ij = s q_i' k_j);
     phi [B, H, T, r], lam [B, H, T], c [B, H, T, r]: the low-rank solver's features, diagonal and prefix states
-    (:func:`attnlab.functional.magnitude_lowrank.lowrank_prefix`); beta, gamma and gate: the value gate
-    (:func:`attnlab.functional.magnitude.gate`; not used with prior_floor). The same function as ``attention(q,
+    (:func:`attnlab.mechanisms.magnitude.lowrank.lowrank_prefix`); beta, gamma and gate: the value gate
+    (:func:`attnlab.mechanisms.magnitude.reference.gate`; not used with prior_floor). The same function as ``attention(q,
     k, v, causal=True, value_gate=gate(M))`` or ``attention(q, k, v, causal=True, logit_prior=log_prior(M,
     prior_floor))`` with M = ``prefix_weight_matrix_lowrank(phi, lam, c)`` (see the module docstring for how it
     differs). M and the gate are computed in the dtype of phi (float32 at least), the logits and the output in

@@ -31,12 +31,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .scores import squared_distances
+from ...functional.scores import squared_distances
 
 __all__ = ["CHUNK", "EPS", "LANDMARK_INIT_STD", "RANK", "SOLVER", "default_landmarks", "lowrank_prefix", "nystrom_features",
            "prefix_weight_matrix_lowrank"]
 
-SOLVER = "lowrank"  # the name of this solver beside attnlab.functional.magnitude.SOLVERS (the exact ones)
+SOLVER = "lowrank"  # the name of this solver beside attnlab.mechanisms.magnitude.reference.SOLVERS (the exact ones)
 RANK = 32  # default number of landmarks r
 CHUNK = 64  # default positions per block of the chunked solve
 EPS = 0.1  # the eps of the registered low-rank variants: at 1e-3 the approximation misses the exact weights of

@@ -39,11 +39,6 @@ HEAD_MIXES = ("concat", "talking", "moh", "coda")
 LOGIT_MIXES = ("talking", "coda")  # the head_mix values that change the logits inside the softmax: explicit path
 
 
-def mix_heads(x: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
-    """Talking heads: y_g = sum_h x_h P[h, g] over the head axis 1 of x [B, H, T, S]; mix P [H, H]."""
-    return torch.einsum("bhts,hg->bgts", x, mix)
-
-
 def cascade_logits(scores: torch.Tensor, previous: torch.Tensor | None, head_mlp, noise: float,
                    generator: torch.Generator | None = None) -> torch.Tensor:
     """CODA's logits a^l (module docstring) from the raw logits s^l [B, H, T, S] and layer l - 1's a (None in the
@@ -86,4 +81,4 @@ def moh_balance_loss(probs: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
     return (f * p).sum()
 
 
-__all__ = ["HEAD_MIXES", "LOGIT_MIXES", "mix_heads", "cascade_logits", "moh_gates", "moh_balance_loss"]
+__all__ = ["HEAD_MIXES", "LOGIT_MIXES", "cascade_logits", "moh_gates", "moh_balance_loss"]
