@@ -20,6 +20,7 @@ from .mechanisms.magnitude.lowrank import SOLVER as LOWRANK
 from .mechanisms.magnitude.reference import APPLY as MAGNITUDE_APPLY
 from .mechanisms.magnitude.reference import CAUSAL_FORMS as _CAUSAL_FORMS
 from .mechanisms.magnitude.reference import FORMS as _MAGNITUDE_FORMS
+from .mechanisms.magnitude.reference import GATE_ALIASES
 from .mechanisms.magnitude.reference import GATES as MAGNITUDE_GATES
 from .mechanisms.magnitude.reference import KERNELS as MAGNITUDE_KERNELS
 from .mechanisms.magnitude.reference import SOLVERS as _EXACT_SOLVERS
@@ -39,33 +40,33 @@ class AttentionConfig:
     n_head: int | None = None
     """Query heads; `None`: the model's `n_head` (filled in by `GPTConfig.resolved_attention`)."""
     n_kv_head: int | None = None
-    """K/V heads: `None` (= n_head, MHA), 1 (MQA, Shazeer 2019) or another divisor of n_head (GQA, Ainslie et al. 2023); seed 003."""
+    """K/V heads: `None` (= n_head, MHA), 1 (MQA, Shazeer 2019) or another divisor of n_head (GQA, Ainslie et al. 2023); the softmax write-up."""
     bias: bool | None = None
     """Biases in the q/k/v/out projections; `None`: the model's `bias`."""
     dropout: float | None = None
     """Dropout on the attention weights; `None`: the model's `dropout`."""
     kernel: str = "dot"
-    """`"dot"`: logits q.k s/T; `"rbf"`: logits -s ||q-k||^2/(2T), the Gaussian kernel with sigma^2 = T/s = T sqrt(d) (seed 003)."""
+    """`"dot"`: logits q.k s/T; `"rbf"`: logits -s ||q-k||^2/(2T), the Gaussian kernel with sigma^2 = T/s = T sqrt(d) (softmax write-up)."""
     normalizer: str = "softmax"
-    """`"softmax"`: rows sum to 1; `"none"`: raw similarity weights, z for dot and exp(z) for rbf (seed 001)."""
+    """`"softmax"`: rows sum to 1; `"none"`: raw similarity weights, z for dot and exp(z) for rbf (Boneless write-up)."""
     temperature: float = 1.0
-    """T in softmax(z/T), any value > 0 (seed 003)."""
+    """T in softmax(z/T), any value > 0 (softmax write-up)."""
     scale: float | None = None
     """s in z = q.k s, any value > 0; `None`: 1/sqrt(head_dim)."""
     causal: bool = True
     """Mask the future: position i attends to positions <= i."""
     mask_form: str = "additive"
-    """`"additive"`: -inf inside the softmax; `"renormalize"`: Mask(B) after it, zero the future and renormalise (seed 002; the two are equal, tested)."""
+    """`"additive"`: -inf inside the softmax; `"renormalize"`: Mask(B) after it, zero the future and renormalise (masking write-up; the two are equal, tested)."""
     backend: str = "auto"
     """`"auto"`: `torch.nn.functional.scaled_dot_product_attention` whenever the options reduce to softmax(q k' s + mask) v (rbf included, by one extra coordinate), else the explicit formula; `"sdpa"`: require SDPA; `"explicit"`."""
     magnitude: str = "off"
-    """Magnitude gate on the values, Attn(Q, K, g o V) (seed 000): `"off"`; `"global"`: mu = (Z + eps I)^-1 1 over all keys (bidirectional; in a causal model it leaks the future); `"causal"`: per key, the weight of key j inside its own prefix 1..j (exact, keeps SDPA); `"prefix"`: per (i, j), the weight of key j inside query i's prefix 1..i (exact, explicit path)."""
+    """Magnitude gate on the values, Attn(Q, K, g o V) (Magnitude Attention write-up): `"off"`; `"global"`: mu = (Z + eps I)^-1 1 over all keys (bidirectional; in a causal model it leaks the future); `"causal"`: per key, the weight of key j inside its own prefix 1..j (exact, keeps SDPA); `"prefix"`: per (i, j), the weight of key j inside query i's prefix 1..i (exact, explicit path)."""
     magnitude_t: float = 1.0
     """Initial t in Z_jl = exp(-t ||k_j - k_l||^2 / d_k), learned as log t (so t stays > 0)."""
     magnitude_eps: float = 1e-3
     """Tikhonov eps in (Z + eps I) mu = 1; eps > 0 bounds the condition number and the gradients on duplicate keys."""
     magnitude_kernel: str = "gaussian"
-    """`"gaussian"` (seed 000) or `"laplacian"`: exp(-t ||k_j - k_l||), the classical metric-space magnitude."""
+    """`"gaussian"` (Magnitude Attention write-up) or `"laplacian"`: exp(-t ||k_j - k_l||), the classical metric-space magnitude."""
     magnitude_solver: str = "cholesky"
     """`"cholesky"` (exact), `"cg"`: conjugate gradient truncated at `magnitude_cg_iters` (global form only), or `"lowrank"`: Z ~ Phi Phi' + D with Nystrom features against `magnitude_rank` learned landmarks per K/V head, every prefix solved chunk by chunk in O(T r^2) (causal and prefix forms; Gaussian kernel; eps > 0)."""
     magnitude_rank: int = 32
@@ -73,31 +74,31 @@ class AttentionConfig:
     magnitude_chunk: int = 64
     """Positions per block of the lowrank solver's chunked solve, and queries per block of the prefix form's block-wise attention (the same numbers for any value; a speed knob)."""
     magnitude_cg_iters: int = 5
-    """CG iterations when `magnitude_solver="cg"` (seed 000: "3-5 iterations")."""
+    """CG iterations when `magnitude_solver="cg"` (Magnitude Attention write-up: "3-5 iterations")."""
     magnitude_gate: str = "clamp"
-    """`"clamp"`: sigmoid(beta clamp(mu, 0, 1) + gamma); `"seed"`: sigmoid(beta mu + gamma), as seed 000 writes it; `"linear"`: clamp(beta mu + gamma, 0, 1)."""
+    """`"clamp"`: sigmoid(beta clamp(mu, 0, 1) + gamma); `"sigmoid"`: sigmoid(beta mu + gamma), as the Magnitude Attention write-up writes it (`"seed"` is an old name for it); `"linear"`: clamp(beta mu + gamma, 0, 1)."""
     magnitude_beta: float = 1.0
     """Initial beta of the gate (learned)."""
     magnitude_gamma: float = 0.0
     """Initial gamma of the gate (learned)."""
     magnitude_apply: str = "values"
-    """Where the magnitude weights act: `"values"`: the gate on the values (seed 000); `"logits"`: a prior inside the softmax, p_ij ~ max(w, floor)_ij exp(z_ij), i.e. logits z_ij + log max(w_ij, floor), floor = `PRIOR_FLOOR` = 1e-4 (the control for seed 000's argument against shifting scores; no gate, so magnitude_gate, beta and gamma are unused). Every form; keeps SDPA (a float mask)."""
+    """Where the magnitude weights act: `"values"`: the gate on the values (Magnitude Attention write-up); `"logits"`: a prior inside the softmax, p_ij ~ max(w, floor)_ij exp(z_ij), i.e. logits z_ij + log max(w_ij, floor), floor = `PRIOR_FLOOR` = 1e-4 (the control for the Magnitude Attention write-up's argument against shifting scores; no gate, so magnitude_gate, beta and gamma are unused). Every form; keeps SDPA (a float mask)."""
     allow_future_leak: bool = False
-    """Permit `magnitude="global"` with `causal=True`: reproduces seed 000 as written, and leaks the future."""
+    """Permit `magnitude="global"` with `causal=True`: reproduces the Magnitude Attention write-up as written, and leaks the future."""
     q_mode: str = "projected"
-    """How Q is made (seed 001's steps): `"projected"`: x W (GPT-2); `"identity"`: x itself, no parameters (head h reads the slice x_h); `"identity_init"`: x W with W = I at init, then trained; `"residual"`: x W + x."""
+    """How Q is made (the Boneless write-up's steps): `"projected"`: x W (GPT-2); `"identity"`: x itself, no parameters (head h reads the slice x_h); `"identity_init"`: x W with W = I at init, then trained; `"residual"`: x W + x."""
     k_mode: str = "projected"
     """How K is made, as `q_mode`; modes other than `"projected"` need n_kv_head = n_head."""
     v_mode: str = "projected"
     """How V is made, as `q_mode`; modes other than `"projected"` need n_kv_head = n_head."""
     out_proj: bool = True
-    """The output projection W_o; `False`: the concatenated heads go straight to the residual (seed 001 steps 1-2 have no weights at all)."""
+    """The output projection W_o; `False`: the concatenated heads go straight to the residual (the Boneless write-up steps 1-2 have no weights at all)."""
     qk_norm: str = "off"
     """`"fixed"` or `"learned"`: logits g cos(q, k)/T with q and k L2-normalised per head (Henry et al. 2020); g fixed, or one learned scalar per layer."""
     qk_norm_scale: float | None = None
     """g, or its initial value when learned; `None`: sqrt(head_dim), the logit q.k/sqrt(d) of unit-variance q, k at cos = 1."""
     rank: int | None = None
-    """Every learned Q/K/V W as B A of inner rank r >= 1 (low rank; seed 001); B A starts with the dense std 0.02."""
+    """Every learned Q/K/V W as B A of inner rank r >= 1 (low rank; Boneless write-up); B A starts with the dense std 0.02."""
     rank_fraction: float | None = None
     """The inner rank as a fraction f in (0, 1): r = round(f min(in, out)) per projection; or set `rank`."""
     kv_latent: int | None = None
@@ -105,7 +106,7 @@ class AttentionConfig:
     kv_latent_fraction: float | None = None
     """The latent width as a fraction f in (0, 1] of n_embd: d_c = round(f n_embd); or set `kv_latent`."""
     head_mix: str = "concat"
-    """How the heads combine (seed 002): `"concat"`: concatenated, then W_O; `"talking"`: talking heads, learned [H, H] mixes of the logits before the softmax and of the weights after it, both identity at init (Shazeer et al. 2020; explicit path); `"moh"`: mixture of heads, per-token router weights over the heads, `moh_shared` always on and the top `moh_top_k` of the rest, before W_O (Jin et al. 2024); `"coda"`: cascaded head-colliding attention, each layer's logits a Gaussian latent whose mean mixes all heads' logits (an MLP across heads) and the previous layer's sampled logits (Zheng et al. 2021, as the authors' released code computes it; explicit path)."""
+    """How the heads combine (masking write-up): `"concat"`: concatenated, then W_O; `"talking"`: talking heads, learned [H, H] mixes of the logits before the softmax and of the weights after it, both identity at init (Shazeer et al. 2020; explicit path); `"moh"`: mixture of heads, per-token router weights over the heads, `moh_shared` always on and the top `moh_top_k` of the rest, before W_O (Jin et al. 2024); `"coda"`: cascaded head-colliding attention, each layer's logits a Gaussian latent whose mean mixes all heads' logits (an MLP across heads) and the previous layer's sampled logits (Zheng et al. 2021, as the authors' released code computes it; explicit path)."""
     coda_noise: float = 1.0
     """CODA: sigma of the Gaussian noise on the logits in training (the released code's 1); 0 trains the mean path. Evaluation always uses the mean."""
     moh_shared: int | None = None
@@ -161,7 +162,7 @@ class AttentionConfig:
             )
 
     def _check_magnitude(self) -> None:
-        """The magnitude fields (seed 000): values, and the forms that would break causality or cannot be solved."""
+        """The magnitude fields (Magnitude Attention write-up): values, and the forms that would break causality or cannot be solved."""
         check_choice("attention.magnitude", self.magnitude, MAGNITUDE_FORMS)
         check_number("attention.magnitude_t", self.magnitude_t, low=0.0, low_open=True)
         check_number("attention.magnitude_eps", self.magnitude_eps, low=0.0)
@@ -170,6 +171,8 @@ class AttentionConfig:
         check_number("attention.magnitude_cg_iters", self.magnitude_cg_iters, low=1, integer=True)
         check_number("attention.magnitude_rank", self.magnitude_rank, low=1, integer=True)
         check_number("attention.magnitude_chunk", self.magnitude_chunk, low=1, integer=True)
+        if self.magnitude_gate in GATE_ALIASES:  # an earlier name of a gate: the config holds today's
+            object.__setattr__(self, "magnitude_gate", GATE_ALIASES[self.magnitude_gate])
         check_choice("attention.magnitude_gate", self.magnitude_gate, MAGNITUDE_GATES)
         check_number("attention.magnitude_beta", self.magnitude_beta)
         check_number("attention.magnitude_gamma", self.magnitude_gamma)
@@ -186,7 +189,7 @@ class AttentionConfig:
             raise ConfigError(
                 "attention.magnitude='global' with causal=true leaks the future: mu_j is solved over all keys, so "
                 "position i's gate sees keys after i; use magnitude='causal' or 'prefix' (exact prefix forms), "
-                "causal=false, or allow_future_leak=true to reproduce seed 000 as written"
+                "causal=false, or allow_future_leak=true to reproduce the Magnitude Attention write-up as written"
             )
         if self.magnitude in _CAUSAL_FORMS and self.magnitude_solver == "cg":
             raise ConfigError(
@@ -246,7 +249,7 @@ class AttentionConfig:
                               f"eps > 0 (the diagonal 1 - ||phi_j||^2 is 0 for a key on a landmark)")
 
     def _check_projections(self) -> None:
-        """The Q/K/V projection fields (seed 001), QK-norm, low rank and the MLA latent, and what they exclude."""
+        """The Q/K/V projection fields (Boneless write-up), QK-norm, low rank and the MLA latent, and what they exclude."""
         for name in ("q_mode", "k_mode", "v_mode"):
             check_choice(f"attention.{name}", getattr(self, name), PROJECTION_MODES)
         if not isinstance(self.out_proj, bool):
@@ -267,7 +270,7 @@ class AttentionConfig:
                               f"scale={self.scale!r}")
         if self.qk_norm != "off" and self.kernel == "rbf":
             raise ConfigError(f"attention.qk_norm={self.qk_norm!r} with kernel='rbf': on unit vectors the rbf "
-                              f"weights equal the dot weights (seed 003); use kernel='dot'")
+                              f"weights equal the dot weights (softmax write-up); use kernel='dot'")
         for a, b in (("rank", "rank_fraction"), ("kv_latent", "kv_latent_fraction")):
             if getattr(self, a) is not None and getattr(self, b) is not None:
                 raise ConfigError(f"attention.{a}={getattr(self, a)!r} and {b}={getattr(self, b)!r}: set one of them")

@@ -41,7 +41,7 @@ class GPTConfig:
     attention: str | AttentionConfig | dict = "standard"
     """A registered variant name (see `attnlab.variants()`) or an `AttentionConfig` (a dict in TOML)."""
     pos_encoding: str = "learned"
-    """`"none"`, `"learned"` (GPT-2), `"sinusoidal"` (seed 002, added to x before the projections) or `"rope"` (Su et al. 2021, rotating q and k in every layer)."""
+    """`"none"`, `"learned"` (GPT-2), `"sinusoidal"` (masking write-up, added to x before the projections) or `"rope"` (Su et al. 2021, rotating q and k in every layer)."""
     rope_base: float = 10000.0
     """Base of the RoPE frequencies."""
     layer_norm_eps: float = 1e-5

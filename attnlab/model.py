@@ -112,7 +112,7 @@ class GPT(nn.Module):
             )
 
     def embed(self, idx: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """Token embeddings plus input positions p_i (seed 002: added to x before the projections); the tokens sit
+        """Token embeddings plus input positions p_i (masking write-up: added to x before the projections); the tokens sit
         at positions offset.. (after offset cached ones)."""
         x = self.wte(idx)
         if self.pos is not None:

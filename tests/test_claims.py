@@ -217,7 +217,7 @@ PLANTED = [
     ("dot-variance", {"claimed": 1.0}),  # without the 1/sqrt(d) scale the variance is d, not 1
     ("dot-variance-scaled", {"claimed": 1.1}),  # 10% off is far outside 5 standard errors
     ("mha-decouple", {"identity_out": False}),  # after a random W_O the heads are mixed
-    ("gate-linear-collapse", {"form": "seed"}),  # the sigmoid gate does not reproduce the arithmetic
+    ("gate-linear-collapse", {"form": "sigmoid"}),  # the sigmoid gate does not reproduce the arithmetic
     ("gate-linear-collapse", {"claimed": 1.0, "tolerance": 1e-9}),  # 1 without the eps actually used
     ("corr-explodes", {"claimed": 24.0}),  # 0.2 off in log10 of the growth
     ("double-sharpens", {"factor": 0.5}),  # halving the logits flattens the weights

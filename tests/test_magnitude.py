@@ -331,7 +331,7 @@ def test_demo_reproduces_the_seed():
     assert h["weights"]["global"]["cluster_sum"] == pytest.approx(50 / (50 + eps), rel=1e-9)  # the cluster is 1 unit
     assert h["value_mass"]["global/linear"]["cluster"] == pytest.approx(50 / 70 / (50 + eps), rel=1e-9)
     assert h["value_mass"]["prefix/linear"]["cluster"] == pytest.approx(50 / 70 / (50 + eps), rel=1e-9)
-    assert h["value_mass"]["global/seed"]["cluster"] == pytest.approx(50 / 70 / (1 + math.exp(-1 / (50 + eps))), rel=1e-9)
+    assert h["value_mass"]["global/sigmoid"]["cluster"] == pytest.approx(50 / 70 / (1 + math.exp(-1 / (50 + eps))), rel=1e-9)
     c = out["cluster_collapse"]
     assert c["mu_each"] == pytest.approx(1 / (50 + eps), rel=1e-12) and c["mu_spread"] < 1e-12
     assert c["magnitude"] == pytest.approx(50 / (50 + eps), rel=1e-12)

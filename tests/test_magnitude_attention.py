@@ -36,7 +36,7 @@ def numpy_weights(keys, t, eps):
 
 def numpy_gate(w, beta, gamma, form):
     sig = lambda a: 1 / (1 + np.exp(-a))
-    return {"seed": sig(beta * w + gamma), "clamp": sig(beta * np.clip(w, 0, 1) + gamma),
+    return {"sigmoid": sig(beta * w + gamma), "clamp": sig(beta * np.clip(w, 0, 1) + gamma),
             "linear": np.clip(beta * w + gamma, 0, 1)}[form]
 
 
@@ -56,7 +56,7 @@ def test_defaults_keep_todays_behaviour():
     (dict(magnitude_kernel="cosine"), ["magnitude_kernel='cosine'", "'laplacian'"]),
     (dict(magnitude_solver="lu"), ["magnitude_solver='lu'", "'cg'"]),
     (dict(magnitude_cg_iters=0), ["magnitude_cg_iters=0", ">= 1"]),
-    (dict(magnitude_gate="tanh"), ["magnitude_gate='tanh'", "'seed'", "'clamp'"]),
+    (dict(magnitude_gate="tanh"), ["magnitude_gate='tanh'", "'sigmoid'", "'clamp'"]),
     (dict(magnitude_beta="big"), ["magnitude_beta='big'", "number"]),
     (dict(allow_future_leak="yes"), ["allow_future_leak='yes'", "true or false"]),
     (dict(magnitude="global"), ["magnitude='global'", "causal=true", "leaks the future", "allow_future_leak=true"]),
@@ -153,9 +153,9 @@ def test_last_stats_are_the_logged_quantities(form, solver):
 # ------------------------------------------------------------------------------- the layer against numpy
 
 
-@pytest.mark.parametrize("form, gate, causal", [("global", "seed", False), ("global", "clamp", True),
+@pytest.mark.parametrize("form, gate, causal", [("global", "sigmoid", False), ("global", "clamp", True),
                                                 ("causal", "clamp", True), ("causal", "linear", True),
-                                                ("prefix", "seed", True), ("prefix", "clamp", True)])
+                                                ("prefix", "sigmoid", True), ("prefix", "clamp", True)])
 @pytest.mark.parametrize("n_kv_head", [2, 1])
 def test_layer_matches_independent_float64_computation(form, gate, causal, n_kv_head):
     torch.manual_seed(2)
@@ -202,7 +202,7 @@ def test_the_seed_as_written_leaks_the_future_when_opted_in():
     """The global form over all keys, in a causal GPT (allow_future_leak=True): the causal leak test catches it."""
     leak = max_leak(build(AttentionConfig(magnitude="global", allow_future_leak=True)))
     assert leak > 10 * LEAK_TOL
-    cg = max_leak(build(AttentionConfig(magnitude="global", magnitude_solver="cg", magnitude_gate="seed",
+    cg = max_leak(build(AttentionConfig(magnitude="global", magnitude_solver="cg", magnitude_gate="sigmoid",
                                         allow_future_leak=True)))
     assert cg > 10 * LEAK_TOL
 
@@ -252,7 +252,7 @@ def test_no_leak_with_exact_duplicate_keys(variant):
 
 
 @pytest.mark.parametrize("form", ["global", "causal", "prefix"])
-@pytest.mark.parametrize("gate", ["clamp", "seed", "linear"])
+@pytest.mark.parametrize("gate", ["clamp", "sigmoid", "linear"])
 def test_training_step_is_finite_with_repeated_tokens(form, gate):
     """float32, a sequence of one repeated token (all keys identical) and near-copies: loss and every gradient
     finite, at the default eps; stats recorded per layer."""
@@ -381,3 +381,13 @@ def test_fast_path_float32_error(form):
     assert w32.dtype == torch.float32
     assert ((w32.double() - w64).abs().max() / w64.abs().max()).item() < 2e-5
     assert (M.gate(w32.double(), 1.0, 0.0) - M.gate(w64, 1.0, 0.0)).abs().max().item() < 1e-5
+
+
+def test_the_gate_once_named_seed_is_still_accepted_as_sigmoid():
+    """Old configs wrote magnitude_gate="seed" for the write-up's sigmoid(beta w + gamma): the config stores today's
+    name, and the function takes either; the value is the closed form."""
+    assert AttentionConfig(magnitude="causal", magnitude_gate="seed").magnitude_gate == "sigmoid"
+    w = torch.tensor([-2.0, 0.25, 3.0], dtype=torch.float64)
+    want = 1.0 / (1.0 + np.exp(-(1.5 * w.numpy() - 0.5)))
+    for name in ("seed", "sigmoid"):
+        np.testing.assert_allclose(M.gate(w, 1.5, -0.5, name).numpy(), want, rtol=1e-15)

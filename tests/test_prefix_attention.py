@@ -23,7 +23,7 @@ def _dense(q, k, v, phi, lam, c, beta, gamma, gate, scale, floor=None):
     p = torch.softmax((scale * q @ k.mT).masked_fill(~keep, float("-inf")), dim=-1)
     if gate == "clamp":
         g = torch.sigmoid(beta * m.clamp(0.0, 1.0) + gamma)
-    elif gate == "seed":
+    elif gate == "sigmoid":
         g = torch.sigmoid(beta * m + gamma)
     else:
         g = (beta * m + gamma).clamp(0.0, 1.0)
@@ -43,7 +43,7 @@ def _inputs(n=45, heads=3, d=6, r=5, seed=0):
     return [x.detach().requires_grad_() for x in (q, k, v, phi, lam, c, beta, gamma)]
 
 
-@pytest.mark.parametrize("gate", ["clamp", "seed", "linear"])
+@pytest.mark.parametrize("gate", ["clamp", "sigmoid", "linear"])
 @pytest.mark.parametrize("block", [1, 7, 16, 64])
 def test_values_and_gradients_match_the_dense_formula_in_float64(gate, block):
     """Every input's gradient (q, k, v, phi, lam, c, beta, gamma), for blocks that divide T = 45, that do not, of
@@ -98,7 +98,7 @@ def test_gradcheck():
 
 def test_bad_gate_and_shapes_get_one_line_errors():
     q, k, v, phi, lam, c, beta, gamma = _inputs(n=8)
-    with pytest.raises(ValueError, match="gate='tanh' is not allowed; choose one of: 'clamp', 'seed', 'linear'"):
+    with pytest.raises(ValueError, match="gate='tanh' is not allowed; choose one of: 'clamp', 'sigmoid', 'linear'"):
         lowrank_prefix_attention(q, k, v, phi, lam, c, beta, gamma, gate="tanh", scale=1.0)
     with pytest.raises(ValueError, match="prior_floor=0.0 must be > 0"):
         lowrank_prefix_attention(q, k, v, phi, lam, c, scale=1.0, prior_floor=0.0)
@@ -120,7 +120,7 @@ def _layers(gate="clamp", n_kv_head=None, n=40, apply="values"):
 
 
 @pytest.mark.parametrize("gate,n_kv_head,apply", [("clamp", None, "values"), ("linear", 2, "values"),
-                                                  ("seed", 1, "values"), (None, 2, "logits")])
+                                                  ("sigmoid", 1, "values"), (None, 2, "logits")])
 def test_the_layer_takes_the_block_path_and_agrees_with_the_explicit_one(gate, n_kv_head, apply):
     """Attention with magnitude="prefix" and solver "lowrank", gated values or the logit prior, runs
     lowrank_prefix_attention unless backend="explicit" (then the [T, T] gate or prior goes through attention());

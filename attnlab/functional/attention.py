@@ -1,12 +1,12 @@
 """Scaled dot-product attention and its variants as one pure function.
 
-    o_i = sum_j p_ij v_j,   p_i = softmax(z_i)  =  argmax_{p in simplex} <p, z_i> + T H(p)   (seed 003)
+    o_i = sum_j p_ij v_j,   p_i = softmax(z_i)  =  argmax_{p in simplex} <p, z_i> + T H(p)   (softmax write-up)
 
-with z from a kernel (attnlab.functional.scores), causal masking in either form of seed 002
-(attnlab.functional.masks), and grouped K/V heads (MHA / GQA / MQA, seed 003). Whenever the options reduce
+with z from a kernel (attnlab.functional.scores), causal masking in either form of the masking write-up
+(attnlab.functional.masks), and grouped K/V heads (MHA / GQA / MQA, the softmax write-up). Whenever the options reduce
 to softmax(q k' s + mask) v, the call goes to torch's fused scaled_dot_product_attention (SDPA); the
 explicit path computes the same formula step by step and can return the weights. An additive logit prior
-(seed 000's magnitude weights as a prior, p_ij proportional to w_ij exp(z_ij)) is one more float mask, so it keeps
+(the Magnitude Attention write-up's magnitude weights as a prior, p_ij proportional to w_ij exp(z_ij)) is one more float mask, so it keeps
 SDPA (the causal -inf folded into the same mask).
 """
 
@@ -20,7 +20,7 @@ from .scores import default_scale, dot_logits, rbf_augment, rbf_logits
 
 KERNELS = ("dot", "rbf")  # attnlab.functional.scores: dot_logits, rbf_logits
 NORMALIZERS = ("softmax", "none")
-MASK_FORMS = ("additive", "renormalize")  # seed 002's two forms (attnlab.functional.masks)
+MASK_FORMS = ("additive", "renormalize")  # the masking write-up's two forms (attnlab.functional.masks)
 BACKENDS = ("auto", "sdpa", "explicit")
 _SDPA_HAS_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)  # enable_gqa arrived in 2.5
 
@@ -92,12 +92,12 @@ def attention(
     kernel: "dot" (z = q.k scale / T) or "rbf" (z = -||q - k||^2 scale / (2T)).
     normalizer: "softmax" (p = softmax(z)) or "none" (p = the raw similarity: z for "dot", exp(z) for "rbf";
         causal masking then just zeroes the weights of future keys, as there is no normalisation to mask inside).
-    mask_form: "additive" (-inf inside the softmax) or "renormalize" (Mask(softmax(z)) of seed 002).
+    mask_form: "additive" (-inf inside the softmax) or "renormalize" (Mask(softmax(z)) of the masking write-up).
     dropout_p: dropout on the weights (pass 0 at evaluation).
     value_gate: optional [B, H or Hkv, T, S] gate g_ij on value j as seen by query i: o_i = sum_j p_ij g_ij v_j
-        (seed 000's per-(i, j) prefix magnitude gate); explicit path only. The returned weights are p, ungated.
+        (the Magnitude Attention write-up's per-(i, j) prefix magnitude gate); explicit path only. The returned weights are p, ungated.
     logit_prior: optional additive prior on the logits, per key [B, H or Hkv, S] or per (i, j) [B, H or Hkv, T, S]:
-        p_i = softmax(z_i + prior_i), i.e. p_ij proportional to exp(prior_ij) exp(z_ij) (seed 000's magnitude
+        p_i = softmax(z_i + prior_i), i.e. p_ij proportional to exp(prior_ij) exp(z_ij) (the Magnitude Attention write-up's magnitude
         weights as a prior, prior = log max(w, floor); attnlab.mechanisms.magnitude.reference.log_prior). Softmax only; on
         SDPA it is the float attn_mask, with the causal -inf folded in (gradients flow into it).
     attn_mask: optional mask broadcastable to [B, H, T, S], e.g. padding: boolean (True where query i may see key
@@ -168,20 +168,20 @@ def attention(
     if head_mix is not None:
         logits = mix_heads(logits, head_mix[0])  # L_g = sum_h J_h P_l[h, g]     (talking heads, before the softmax)
     if bias is not None:
-        logits = logits + bias  # z_ij + log max(w, floor)_ij: p_ij proportional to w_ij exp(z_ij) (seed 000)
+        logits = logits + bias  # z_ij + log max(w, floor)_ij: p_ij proportional to w_ij exp(z_ij) (Magnitude Attention write-up)
     blind = None if seen is None else ~keep.any(-1, keepdim=True)  # queries that see no key: output 0, not 0/0
     if blind is not None:
         keep = keep | blind  # unmask those rows so no NaN enters the graph; their weights are zeroed below
     if normalizer == "softmax":
         if causal and mask_form == "renormalize":
             hidden = logits if seen is None else logits.masked_fill(~(seen | blind), float("-inf"))
-            weights = mask_renormalize_softmax(hidden, keep)  # Mask(A), A = softmax(z)      (seed 002, form 2)
+            weights = mask_renormalize_softmax(hidden, keep)  # Mask(A), A = softmax(z)      (masking write-up, form 2)
         else:
             if keep is not None:
-                logits = logits.masked_fill(~keep, float("-inf"))  # z + (-inf) U   (seed 002, form 1)
+                logits = logits.masked_fill(~keep, float("-inf"))  # z + (-inf) U   (masking write-up, form 1)
             weights = torch.softmax(logits, dim=-1)  # p_ij = exp(z_ij) / sum_k exp(z_ik)
     else:
-        weights = logits if kernel == "dot" else logits.exp()  # raw correlation / raw RBF kernel (seed 001)
+        weights = logits if kernel == "dot" else logits.exp()  # raw correlation / raw RBF kernel (Boneless write-up)
         if keep is not None:
             weights = weights.masked_fill(~keep, 0.0)
     if blind is not None:
@@ -193,7 +193,7 @@ def attention(
     if value_gate is None:
         out = weights @ v  # o_i = sum_j p_ij v_j
     else:
-        out = (weights * repeat_kv(value_gate, h // value_gate.shape[1])) @ v  # o_i = sum_j p_ij g_ij v_j (seed 000)
+        out = (weights * repeat_kv(value_gate, h // value_gate.shape[1])) @ v  # o_i = sum_j p_ij g_ij v_j (Magnitude Attention write-up)
     return (out, weights) if return_weights else out
 
 

@@ -24,12 +24,12 @@ class Attention(nn.Module):
 
         q = x W_q,  k = x W_k,  v = x W_v       (n_kv_head K/V heads shared by n_head / n_kv_head queries each)
         y = concat_h(attention(q_h, k_g(h), v_g(h))) W_o
-    With config.magnitude != "off", a MagnitudeGate of the (pre-RoPE) keys gates the values (seed 000):
+    With config.magnitude != "off", a MagnitudeGate of the (pre-RoPE) keys gates the values (Magnitude Attention write-up):
     v_j <- g_j v_j ("global", "causal"; the SDPA path stays), or p_ij <- p_ij g_ij ("prefix"; explicit path, or
     with the low-rank solver attnlab.mechanisms.magnitude.prefix_blocks's blocks, which never build the [T, T] gate);
     with magnitude_apply="logits" the weights are a prior inside the softmax instead, z_ij + log max(w_ij, floor)
     (every form; SDPA with a float mask).
-    Q/K/V may be x itself, identity-initialised or residual (seed 001; attnlab.mechanisms.projections.module), low rank, or K, V
+    Q/K/V may be x itself, identity-initialised or residual (Boneless write-up; attnlab.mechanisms.projections.module), low rank, or K, V
     rebuilt from one latent per token (MLA: attribute kv_latent instead of k_proj, v_proj); out_proj=False drops W_o.
     qk_norm != "off": logits g cos(q_h, k_h) / T (Henry et al. 2020), g a float or the parameter qk_gain.
     head_mix: "talking" mixes the logits and the weights across heads (Shazeer et al. 2020); "moh" weights head h of
@@ -178,7 +178,7 @@ class Attention(nn.Module):
             elif cfg.magnitude == "prefix":
                 value_gate = g  # o_i = sum_j p_ij g_ij v_j
             else:
-                v = v * g.unsqueeze(-1)  # Attn(Q, K, Gate o V)   (seed 000, step 3)
+                v = v * g.unsqueeze(-1)  # Attn(Q, K, Gate o V)   (Magnitude Attention write-up, step 3)
         if cfg.count_prior:  # softmax(z_ij - log c_ij), added to a magnitude prior where there is one
             count = count_prior.to(v.dtype)
             logit_prior = count if logit_prior is None else (

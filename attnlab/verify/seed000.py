@@ -240,7 +240,7 @@ def _cluster_units(form: str) -> dict:
        claim="Step 3: with Gate_j = sigmoid(beta mu_j + gamma), beta = 1, gamma = 0, a cluster of 50 duplicates is "
              "'collapsed to 1 unit': its value mass sum_j p_j g_j in units of one member's Score V (hijacking "
              "example, eps = 1e-3)")
-def gate_sigmoid_collapse(form: str = "seed") -> dict:
+def gate_sigmoid_collapse(form: str = "sigmoid") -> dict:
     return _cluster_units(form)
 
 

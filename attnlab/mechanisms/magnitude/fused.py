@@ -1,5 +1,5 @@
 """The fused magnitude kernel behind :class:`attnlab.nn.MagnitudeGate`: keys -> magnitude weights in one autograd
-node with hand-derived gradients (seed 000; Gaussian kernel only).
+node with hand-derived gradients (Magnitude Attention write-up; Gaussian kernel only).
 
 It computes the same numbers as the reference math in :mod:`attnlab.mechanisms.magnitude.reference` (similarity + tikhonov
 + solve_weights / prefix_factor / *_from_factor; tests/test_magnitude_attention.py compares them in float64,

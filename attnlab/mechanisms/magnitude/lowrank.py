@@ -1,4 +1,5 @@
-"""Causal magnitude weights of a low-rank-plus-diagonal similarity, chunk by chunk (issue 16; seed 000's weights).
+"""Causal magnitude weights of a low-rank-plus-diagonal similarity, chunk by chunk (the Magnitude Attention
+write-up's weights).
 
 The exact causal forms factor Z + eps I [T, T] (O(T^3)). Here Z is replaced by
 
@@ -50,7 +51,7 @@ LANDMARK_JITTER = 1e-6  # added to K_LL's diagonal: landmarks that (nearly) coin
 
 def nystrom_features(x: torch.Tensor, landmarks: torch.Tensor, t=1.0, *, jitter: float = LANDMARK_JITTER):
     """(phi [..., T, r], d [..., T]): Nystrom features of points x [..., T, dim] against landmarks [..., r, dim] for
-    the Gaussian kernel k(a, b) = exp(-t ||a - b||^2 / dim) of seed 000, and the diagonal d_j = 1 - ||phi_j||^2.
+    the Gaussian kernel k(a, b) = exp(-t ||a - b||^2 / dim) of the Magnitude Attention write-up, and the diagonal d_j = 1 - ||phi_j||^2.
 
         phi_j = R^-1 k_L(x_j),   K_LL + jitter I = R R'     (Williams and Seeger 2001, "the Nystrom method")
 

@@ -1,4 +1,5 @@
-"""The magnitude gate of seed 000 as a module: it holds t, beta, gamma; the math is attnlab.mechanisms.magnitude.reference.
+"""The magnitude gate of the Magnitude Attention write-up as a module: it holds t, beta, gamma; the math is
+attnlab.mechanisms.magnitude.reference.
 
 With apply_to="logits" the same module returns a logit prior instead of a gate (and holds t only)."""
 
@@ -20,14 +21,14 @@ class MagnitudeGate(nn.Module):
     """Keys k [B, H, S, d] -> value gates: [B, H, S] (forms "global", "causal") or [B, H, S, S] ("prefix").
 
         Z = exp(-t ||k_j - k_l||^2 / d)          t = exp(log_t): learnable and always > 0
-        "global": g_j  = gate(mu_j),  (Z + eps I) mu = 1 over all keys          (seed 000 as written)
+        "global": g_j  = gate(mu_j),  (Z + eps I) mu = 1 over all keys          (the Magnitude Attention write-up as written)
         "causal": g_j  = gate(y_j / L_jj)        key j's weight inside its own prefix {1..j}   (exact, causal)
         "prefix": g_ij = gate(M_ij)              key j's weight inside query i's prefix {1..i}  (exact, causal)
         gate(w)  = sigmoid(beta clamp(w, 0, 1) + gamma) | sigmoid(beta w + gamma) | clamp(beta w + gamma, 0, 1)
     solver="lowrank" (causal and prefix forms): Z ~ Phi Phi' + D with Nystrom features against ``rank`` landmarks
     per K/V head (parameters [n_heads, rank, head_dim], N(0, 0.5^2) at init), every prefix solved chunk by chunk
     (:mod:`attnlab.mechanisms.magnitude.lowrank`).
-    apply_to="logits" (the control for seed 000's argument, issue 15 item 3): the output is the logit prior
+    apply_to="logits" (the control for the write-up's argument against shifting scores): the output is the logit prior
     log max(w, PRIOR_FLOOR) of the same shape instead of gate(w), for softmax(z + prior); there is no gate, so the
     module has no beta and no gamma (the attributes are None) and the gate settings are not used.
 
@@ -51,6 +52,7 @@ class MagnitudeGate(nn.Module):
         if solver == "lowrank" and (form == "global" or kernel != "gaussian" or head_dim is None):
             raise ValueError(f"solver='lowrank' needs form 'causal' or 'prefix', the Gaussian kernel and head_dim "
                              f"(got form={form!r}, kernel={kernel!r}, head_dim={head_dim!r})")
+        gate = M.GATE_ALIASES.get(gate, gate)
         if gate not in M.GATES:
             raise ValueError(f"gate={gate!r} is not allowed; choose one of: {', '.join(map(repr, M.GATES))}")
         if apply_to not in M.APPLY:

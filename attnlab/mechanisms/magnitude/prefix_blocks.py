@@ -1,12 +1,14 @@
 """Causal attention with the low-rank prefix magnitude gate, block by block, without any T x T matrix in memory.
 
-The prefix form of seed 000 gates value j as seen by query i by key j's weight inside query i's prefix. With the
+The prefix form of the Magnitude Attention write-up gates value j as seen by query i by key j's weight inside query
+i's prefix. With the
 low-rank solver (:mod:`attnlab.mechanisms.magnitude.lowrank`) that weight has a closed form,
 
     M_ij = (1 - phi_j' c_i) / lambda_j = 1/lambda_j - c_i' (phi_j / lambda_j)        (j <= i)
-    o_i  = sum_{j <= i} p_ij g(M_ij) v_j,   p_i = softmax_j(z_ij),  z_ij = s q_i' k_j      (seed 000, step 3)
+    o_i  = sum_{j <= i} p_ij g(M_ij) v_j,   p_i = softmax_j(z_ij),  z_ij = s q_i' k_j      (Magnitude Attention write-up, step 3)
 
-with g one of the gates of :func:`attnlab.mechanisms.magnitude.reference.gate`. The explicit path builds M, g(M), the logits
+with g one of the gates of :func:`attnlab.mechanisms.magnitude.reference.gate`. The explicit path builds M, g(M), the
+logits
 and the weights as [T, T] matrices per head and keeps them all for the backward pass (1 GiB at T = 2048 for 8
 heads). Here both passes run over blocks of queries, as flash attention does (Dao et al. 2022, arXiv:2205.14135):
 block b = rows i0..i1-1 needs keys j < i1 only (the causal mask skips the rest: half of the T x T work), its
@@ -18,8 +20,8 @@ and the output (O(T (d + r)) memory). Gradients by hand, with a = p o g, D_i = d
     dg_ij = p_ij da_ij  ->  dM_ij = g'(M_ij) dg_ij   (and dbeta, dgamma through the gate's pre-activation)
     dc_i  = -sum_j dM_ij phi_j / lambda_j,   d(phi_j / lambda_j) = -sum_i dM_ij c_i,   d(1/lambda_j) = sum_i dM_ij
 
-With ``prior_floor`` the weights enter as a logit prior instead (seed 000's weights shifting scores, issue 15's
-control): p_i = softmax_j(z_ij + log max(M_ij, floor)), o_i = sum_j p_ij v_j, and dz_ij = p_ij (do_i' v_j - D_i),
+With ``prior_floor`` the weights enter as a logit prior instead (the control for the write-up's argument against
+shifting scores): p_i = softmax_j(z_ij + log max(M_ij, floor)), o_i = sum_j p_ij v_j, and dz_ij = p_ij (do_i' v_j - D_i),
 dM_ij = dz_ij / M_ij where M_ij >= floor (0 below it), then dc, d(phi/lambda), d(1/lambda) as above.
 
 tests/test_prefix_attention.py checks values and gradients against the explicit formula in float64.
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from .reference import GATES
+from .reference import GATE_ALIASES, GATES, gate
 from .fused import ieee_float32
 
 __all__ = ["BLOCK", "DEVICE_MIN_BLOCK", "block_for", "lowrank_prefix_attention"]
@@ -73,10 +75,7 @@ class _LowrankPrefixAttention(torch.autograd.Function):
             if floor is not None:  # o_i = sum_j softmax_j(z_ij + log max(M_ij, floor)) v_j
                 out[..., i0:i1, :] = p @ v[..., :i1, :]
                 continue
-            if form == "linear":  # g = clamp(beta M + gamma, 0, 1)
-                g = m.mul_(beta).add_(gamma).clamp_(0.0, 1.0)
-            else:  # g = sigmoid(beta clamp(M, 0, 1) + gamma) ("clamp") or sigmoid(beta M + gamma) ("seed")
-                g = (m.clamp_(0.0, 1.0) if form == "clamp" else m).mul_(beta).add_(gamma).sigmoid_()
+            g = gate(m, beta, gamma, form)  # g_ij = g(M_ij)
             out[..., i0:i1, :] = p.mul_(g.to(p.dtype)) @ v[..., :i1, :]  # o_i = sum_j p_ij g_ij v_j
         ctx.save_for_backward(q, k, v, c_aug, key_aug, beta, gamma, out)
         ctx.form, ctx.floor, ctx.block = form, floor, block
@@ -130,15 +129,17 @@ class _LowrankPrefixAttention(torch.autograd.Function):
 
 
 def _gate(m, beta, gamma, form):
-    """(g, x, passes) for the backward pass: g = f(u), u = beta x + gamma with x = clamp(M, 0, 1) ("clamp") or M,
-    f = sigmoid ("clamp", "seed") or clamp(., 0, 1) ("linear"); passes: where dM (clamp) or du (linear) passes."""
+    """(g, x, passes) for the backward pass: g = gate(M) (the one formula, attnlab.mechanisms.magnitude.reference),
+    u = beta x + gamma its pre-activation with x = clamp(M, 0, 1) ("clamp") or M; passes: where the clamp passes
+    dM ("clamp") or du ("linear", whose output clamp(u, 0, 1) is flat outside [0, 1])."""
     x = m.clamp(0.0, 1.0) if form == "clamp" else m
-    passes = (x == m) if form == "clamp" else None
-    g = x * beta + gamma
+    g = gate(m, beta, gamma, form)
+    if form == "clamp":
+        return g, x, x == m
     if form == "linear":
-        passes = (g >= 0) & (g <= 1)
-        return g.clamp_(0.0, 1.0), x, passes
-    return g.sigmoid_(), x, passes
+        u = x * beta + gamma
+        return g, x, (u >= 0) & (u <= 1)
+    return g, x, None
 
 
 def lowrank_prefix_attention(q, k, v, phi, lam, c, beta=1.0, gamma=0.0, *, gate: str = "clamp", scale: float,
@@ -155,6 +156,7 @@ def lowrank_prefix_attention(q, k, v, phi, lam, c, beta=1.0, gamma=0.0, *, gate:
     differs). M and the gate are computed in the dtype of phi (float32 at least), the logits and the output in
     those of q and v (bfloat16 under autocast), outside autocast; on CUDA with IEEE float32 matmuls whatever the
     TF32 setting, as the gate's solves."""
+    gate = GATE_ALIASES.get(gate, gate)
     if gate not in GATES:
         raise ValueError(f"gate={gate!r} is not allowed; choose one of: {', '.join(map(repr, GATES))}")
     if prior_floor is not None and not prior_floor > 0:

@@ -1,6 +1,6 @@
-"""Magnitude of a finite set of points and its weights: pure math, no parameters (seed 000).
+"""Magnitude of a finite set of points and its weights: pure math, no parameters (Magnitude Attention write-up).
 
-    Z_jl = exp(-t ||x_j - x_l||^2 / d)     kernel "gaussian" (seed 000's key geometry, d = the points' dimension)
+    Z_jl = exp(-t ||x_j - x_l||^2 / d)     kernel "gaussian" (the Magnitude Attention write-up's key geometry, d = the points' dimension)
     Z_jl = exp(-t ||x_j - x_l||)           kernel "laplacian" (classical metric-space magnitude)
     (Z + eps I) mu = 1,   |X| = 1' mu      (weights; magnitude = "effective number of points"; eps: Tikhonov)
 
@@ -11,12 +11,13 @@ Causal (prefix) forms, exact, from one Cholesky factor Z + eps I = L L', y = L^-
     w_j      = y_j / L_jj                          weight of key j inside its own prefix {1..j}
     M_ij     = sum_{m = j..i} G_mj y_m             weight of key j inside query i's prefix {1..i}; row i sums to |X_1..i|
 
-Gates (seed 000, step 3) map a weight to a multiplier of value j: "seed" is sigmoid(beta mu + gamma) exactly;
+Gates (Magnitude Attention write-up, step 3) map a weight to a multiplier of value j: "sigmoid" is sigmoid(beta mu + gamma)
+exactly as the write-up has it;
 "clamp" (the default) and "linear" first confine mu to [0, 1] (mu is not sign-definite: down to -1e5 on rank-4
 keys; docs/magnitude.md, numerics).
 
-Where the weights act (APPLY): "values" is seed 000's gate on the values; "logits" is the control that seed 000's
-argument against "methods that just shift attention scores" needs (issue 15, item 3): the weight becomes a prior
+Where the weights act (APPLY): "values" is the Magnitude Attention write-up's gate on the values; "logits" is the control that the Magnitude Attention write-up's
+argument against "methods that just shift attention scores" needs: the weight becomes a prior
 inside the softmax, p_ij proportional to max(w, PRIOR_FLOOR)_j exp(z_ij), i.e. z_ij + log max(w_j, PRIOR_FLOOR)
 (:func:`log_prior`; docs/magnitude.md, "magnitude as a logit prior").
 
@@ -43,7 +44,8 @@ from ...functional.scores import squared_distances
 
 KERNELS = ("gaussian", "laplacian")
 SOLVERS = ("cholesky", "cg")
-GATES = ("clamp", "seed", "linear")  # default first
+GATES = ("clamp", "sigmoid", "linear")  # default first
+GATE_ALIASES = {"seed": "sigmoid"}  # earlier names of the gates, still accepted
 FORMS = ("global", "causal", "prefix")  # which key set each weight is taken in (see gaussian_key_weights)
 CAUSAL_FORMS = FORMS[1:]  # the forms solved on every prefix (exact by one Cholesky factor, or the lowrank solver)
 APPLY = ("values", "logits")  # where the weights act: a gate on the values (default), or a prior in the softmax
@@ -94,7 +96,7 @@ def similarity(x: torch.Tensor, t=1.0, kernel: str = "gaussian") -> torch.Tensor
         x = x - x[..., :1, :]  # translation changes no distance but shrinks the norms below (causal: point 1 only)
         r2 = squared_distances(x, x)  # ||x_j - x_l||^2 = ||x_j||^2 + ||x_l||^2 - 2 <x_j, x_l>, clamped at 0
         r2 = (0.5 * (r2 + r2.transpose(-1, -2))).masked_fill(diag, 0.0)  # exactly symmetric, 0 on the diagonal
-        return torch.exp(-_t_like(t, r2) * r2 / d)  # Z_jl = exp(-t ||k_j - k_l||^2 / d_k)       (seed 000, step 1)
+        return torch.exp(-_t_like(t, r2) * r2 / d)  # Z_jl = exp(-t ||k_j - k_l||^2 / d_k)       (Magnitude Attention write-up, step 1)
     if kernel == "laplacian":
         r = pairwise_distances(x).masked_fill(diag, 0.0)
         return torch.exp(-_t_like(t, r) * r)  # Z_jl = exp(-t ||x_j - x_l||)             (notes: classical magnitude)
@@ -102,7 +104,7 @@ def similarity(x: torch.Tensor, t=1.0, kernel: str = "gaussian") -> torch.Tensor
 
 
 def tikhonov(z: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
-    """Z + eps I (seed 000, step 2): every eigenvalue >= eps, so cond <= (lambda_max + eps) / eps."""
+    """Z + eps I (Magnitude Attention write-up, step 2): every eigenvalue >= eps, so cond <= (lambda_max + eps) / eps."""
     return z if eps == 0 else z + eps * eye_like(z.shape[-1], z)
 
 
@@ -167,7 +169,7 @@ def vecmat(v: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
 def cg_solve(a: torch.Tensor, b: torch.Tensor, *, max_iter: int, tol: float | None = None):
     """(x, iterations): conjugate gradient for a x = b from x = 0, batched over the leading dims.
 
-    Truncated at max_iter (seed 000: "3-5 iterations"); with tol, stops once every ||r|| <= tol ||b||.
+    Truncated at max_iter (Magnitude Attention write-up: "3-5 iterations"); with tol, stops once every ||r|| <= tol ||b||.
     Differentiable by unrolling: autograd gives the exact gradient of the truncated iterate. A system that has
     converged (r = 0) or lost positive curvature (p'Ap <= 0) freezes (alpha = beta = 0); the divisions are guarded
     on both branches, so neither the forward nor the backward pass meets 0/0.
@@ -276,13 +278,14 @@ def prefix_weight_matrix_from_factor(L: torch.Tensor, y: torch.Tensor) -> torch.
 def gate(w: torch.Tensor, beta, gamma, form: str = "clamp") -> torch.Tensor:
     """The value gate g(w) of a magnitude weight w (mu_j, w_j or M_ij), elementwise.
 
-    "seed":   sigmoid(beta w + gamma)                 seed 000, step 3, exactly (w unbounded: saturates or flips)
+    "sigmoid": sigmoid(beta w + gamma)                the write-up's step 3 exactly (w unbounded: saturates or flips)
     "clamp":  sigmoid(beta clamp(w, 0, 1) + gamma)    the seed's gate on w confined to [0, 1], "the fraction of a
               unit that key j contributes" (1 isolated, 1/m in a cluster of m clones, <= 0 inside a cluster)
     "linear": clamp(beta w + gamma, 0, 1)             the seed's arithmetic "the gate passes the weight through":
               at beta = 1, gamma = 0 a cluster of m clones contributes m * (1/m) = 1 unit
     """
-    if form == "seed":
+    form = GATE_ALIASES.get(form, form)
+    if form == "sigmoid":
         return torch.sigmoid(beta * w + gamma)
     if form == "clamp":
         return torch.sigmoid(beta * w.clamp(0.0, 1.0) + gamma)
@@ -295,7 +298,7 @@ def log_prior(w: torch.Tensor, floor: float = PRIOR_FLOOR) -> torch.Tensor:
     """log max(w, floor), elementwise: the additive logit prior of a magnitude weight w (mu_j, w_j or M_ij).
 
     Added to the logits, softmax(z_ij + log max(w_j, floor)) gives p_ij proportional to max(w_j, floor) exp(z_ij):
-    the weights shift attention scores instead of gating the values (the control for seed 000's argument). m exact
+    the weights shift attention scores instead of gating the values (the control for the Magnitude Attention write-up's argument). m exact
     clones with the prefix weights 1/(m + eps) then count as one key together; with the causal form's 1, 1/2, ...,
     1/m as a harmonic number H_m ~ ln m of keys. Gradient 0 below the floor (the clamp).
     """
@@ -343,7 +346,7 @@ def _array_api(fn):
 @_array_api
 def magnitude_weights(x, t=1.0, *, eps: float = 0.0, kernel: str = "gaussian", solver: str = "cholesky",
                       max_iter: int | None = None, tol: float | None = None, return_info: bool = False):
-    """Magnitude weights mu [..., N] of points x [..., N, d]: (Z + eps I) mu = 1 (seed 000).
+    """Magnitude weights mu [..., N] of points x [..., N, d]: (Z + eps I) mu = 1 (Magnitude Attention write-up).
 
     solver "cholesky": exact (a failed factorisation is retried with growing jitter, with a warning);
     "cg": conjugate gradient truncated at max_iter (default N) or at relative residual tol.
