@@ -1,4 +1,4 @@
-"""Benchmark: the magnitude-gated attention layers (seed 000) against raw SDPA, with the issue's speed targets.
+"""Benchmark: the magnitude-gated attention layers (the magnitude write-up) against raw SDPA, with its speed targets.
 
 Rows (batch 8, heads 8, head_dim 64, forward+backward; the targets of "Magnitude Attention, done right"):
   global-cg        magnitude="global", solver="cg", 5 iterations, bidirectional (causal=false): seq 512, <= 1.5x

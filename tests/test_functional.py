@@ -68,7 +68,7 @@ def test_sdpa_path_equals_explicit_path_with_gradients(kernel, h_kv, causal):
 
 
 def test_two_masking_forms_agree():
-    """Seed 002: adding -inf inside the softmax equals zeroing and renormalising after it."""
+    """The masking write-up: adding -inf inside the softmax equals zeroing and renormalising after it."""
     q, k, v = qkv(t=50, d=16, dtype=torch.float32)
     add_out, add_w = attention(q, k, v, causal=True, mask_form="additive", return_weights=True)
     ren_out, ren_w = attention(q, k, v, causal=True, mask_form="renormalize", return_weights=True)
@@ -93,8 +93,8 @@ def test_renormalize_form_survives_dominating_future_logits():
 
 
 def test_rbf_equals_softmax_on_unit_vectors():
-    """Seed 003: with ||q|| = ||k|| = 1, softmax(QK'/(sqrt(d) T)) = row-normalised exp(-||q-k||^2 / (2 sigma^2)),
-    sigma^2 = T sqrt(d) -- the seed reports max|dW| ~ 1.4e-17 at n=32, d=64 in float64."""
+    """The softmax write-up: with ||q|| = ||k|| = 1, softmax(QK'/(sqrt(d) T)) = row-normalised exp(-||q-k||^2 / (2 sigma^2)),
+    sigma^2 = T sqrt(d) -- the write-up reports max|dW| ~ 1.4e-17 at n=32, d=64 in float64."""
     q, k, v = qkv(b=1, h=1, h_kv=1, t=32, d=64, dv=16)
     q, k = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
     _, w_dot = attention(q, k, v, return_weights=True)
@@ -103,7 +103,7 @@ def test_rbf_equals_softmax_on_unit_vectors():
 
 
 def test_none_normalizer_is_raw_correlation():
-    """Seed 001 'boneless' attention: x mixed by the raw correlation x x' (scale 1, no softmax)."""
+    """The Boneless write-up 'boneless' attention: x mixed by the raw correlation x x' (scale 1, no softmax)."""
     x = torch.randn(1, 1, 5, 3, dtype=torch.float64)
     out, w = attention(x, x, x, normalizer="none", scale=1.0, return_weights=True)
     torch.testing.assert_close(w[0, 0], x[0, 0] @ x[0, 0].T)

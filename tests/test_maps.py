@@ -18,7 +18,7 @@ from helpers import one_line_error, tiny
 
 
 def _gaussian_prefix_weight(k: np.ndarray, t: float, eps: float) -> np.ndarray:
-    """w_j = mu_j of (Z + eps I) mu = 1 over keys 1..j, Z_jl = exp(-t |k_j - k_l|^2 / d) (seed 000), key by key."""
+    """w_j = mu_j of (Z + eps I) mu = 1 over keys 1..j, Z_jl = exp(-t |k_j - k_l|^2 / d) (the magnitude write-up), key by key."""
     d = k.shape[-1]
     w = np.zeros(len(k))
     for j in range(len(k)):

@@ -1,4 +1,4 @@
-"""Singular spectra and pseudo-rank of attention weights (seed 001, "A discussion on low rank attention weights").
+"""Singular spectra and pseudo-rank of attention weights (the Boneless write-up, "A discussion on low rank attention weights").
 
 Matrices, in the x W convention (x a row vector; W = nn.Linear.weight', same singular values), per layer:
 
@@ -34,7 +34,7 @@ from torch import nn
 from ..atomic import atomic_path, write_text
 from ..errors import ConfigError
 
-try:  # Q/K/V projection modules (seed 001 steps 5-6, MLA); older trees have plain nn.Linear only
+try:  # Q/K/V projection modules (the Boneless write-up steps 5-6, MLA); older trees have plain nn.Linear only
     from ..nn.projections import Residual as _Residual
 except ImportError:  # pragma: no cover
     _Residual = None

@@ -1,7 +1,7 @@
 """How the heads of one layer are combined: talking heads and mixture-of-head routing, as pure functions.
 
 Plain multi-head attention concatenates the heads and applies W_O, "a linear recombination that ignores the block
-structure" (seed 002). Three published alternatives, all exactly causal (they mix across heads at one (i, j), or
+structure" (the masking write-up). Three published alternatives, all exactly causal (they mix across heads at one (i, j), or
 weight the heads of token i by a function of token i alone):
 
     talking heads (Shazeer et al. 2020, arXiv:2003.02436, s.3):

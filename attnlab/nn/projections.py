@@ -1,10 +1,10 @@
-"""The Q/K/V projections of seed 001's six steps, low-rank projections, and MLA's latent K/V (DeepSeek-V2).
+"""The Q/K/V projections of the Boneless write-up's six steps, low-rank projections, and MLA's latent K/V (DeepSeek-V2).
 
     "projected":      x W' + b                     nn.Linear (GPT-2; the names q_proj/k_proj/v_proj stay for HF loading)
     "identity":       x                            no parameters; split into heads, head h reads the slice x_h
-    "identity_init":  x W' + b,  W = I, b = 0 at init, then trained        (seed 001, step 5)
-    "residual":       x W' + b + x,  W initialised as usual                (seed 001, step 6)
-    low rank r:       W = B A,  A [r, in], B [out, r]: rank(W) <= r        (seed 001, "low rank attention weights")
+    "identity_init":  x W' + b,  W = I, b = 0 at init, then trained        (the Boneless write-up, step 5)
+    "residual":       x W' + b + x,  W initialised as usual                (the Boneless write-up, step 6)
+    low rank r:       W = B A,  A [r, in], B [out, r]: rank(W) <= r        (the Boneless write-up, "low rank attention weights")
     latent K/V:       c = RMSNorm(x W_dkv) [d_c],  K = c W_uk',  V = c W_uv'   (DeepSeek-V2 eqs. 9-11)
 
 IdentityInitLinear and LowRankLinear hold raw parameters, not nn.Linear children, so that GPT's N(0, 0.02)
@@ -28,7 +28,7 @@ GPT2_INIT_STD = 0.02  # GPT-2's N(0, 0.02) weight init (attnlab.model.GPT._init_
 
 
 class IdentityInitLinear(nn.Module):
-    """y = x W' + b with W = I and b = 0 at initialisation; both train (seed 001, step 5)."""
+    """y = x W' + b with W = I and b = 0 at initialisation; both train (the Boneless write-up, step 5)."""
 
     def __init__(self, features: int, bias: bool = True):
         super().__init__()
@@ -63,7 +63,7 @@ class LowRankLinear(nn.Module):
 
 
 class Residual(nn.Module):
-    """y = proj(x) + x: W x + x, a projection that starts near the identity map (seed 001, step 6)."""
+    """y = proj(x) + x: W x + x, a projection that starts near the identity map (the Boneless write-up, step 6)."""
 
     def __init__(self, proj: nn.Module):
         super().__init__()

@@ -12,7 +12,7 @@ A run directory holds::
     tensorboard/     TensorBoard event files (only with train.tensorboard = true)
     wandb/, wandb_id.txt   the Weights & Biases run and its id (only with train.wandb_project; attnlab.train.trackers)
 
-Magnitude gates (seed 000; model.attention with magnitude != "off", e.g. magnitude-causal): every row of a step
+Magnitude gates (the magnitude write-up; model.attention with magnitude != "off", e.g. magnitude-causal): every row of a step
 that trained also carries, per attention layer i (0 = the first block), the gate's stats from the forward pass of
 that step (its last micro-batch; rank 0's under DDP), under flat keys "mag/L<i>/<stat>" (also TensorBoard scalars):
 
@@ -25,7 +25,7 @@ that step (its last micro-batch; rank 0's under DDP), under flat keys "mag/L<i>/
     mag/L<i>/gate_mean         mean gate value (magnitude_apply="values")
     mag/L<i>/prior_floored     fraction of the weights read that sit at the logit prior's floor ("logits")
 
-Pseudo-rank (seed 001; train.track_rank, on by default): every row with a validation loss also carries
+Pseudo-rank (the Boneless write-up; train.track_rank, on by default): every row with a validation loss also carries
 attnlab.analysis.rank.rank_metrics of the model at that step: "pseudo_rank/<m>/L<i>" (fraction of singular values
 holding 95% of the squared-singular-value energy) and "participation_ratio/<m>/L<i>" for m in q, k, v, o, qk
 (W_q W_k' per head, averaged), plus ".../<m>/mean" over layers. Matrices a variant does not have (identity Q/K)
@@ -680,7 +680,7 @@ class _Trainer:
         self.window_tokens, self.window_time = 0, 0.0
         if not self.info.is_main:
             return
-        if val is not None:  # e.g. seed 001: how the weights' pseudo-rank evolves (RankHook)
+        if val is not None:  # e.g. the Boneless write-up: how the weights' pseudo-rank evolves (RankHook)
             for hook in self.hooks:
                 row.update(hook.eval_stats(self.model))
         with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
