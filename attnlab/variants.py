@@ -110,7 +110,7 @@ register(
     "Magnitude Attention write-up, causal form; as a prior on the scores, the control for the write-up's argument",
     magnitude="causal", magnitude_apply="logits",
     notes=f"p_ij ~ max(w_j, {PRIOR_FLOOR:g}) exp(z_ij): what the magnitude write-up argues against ('methods that just shift attention "
-          "scores'), so that the gate on the values can be compared with it (issue 15, item 3). m exact clones get "
+          "scores'), so that the gate on the values can be compared with it. m exact clones get "
           "1, 1/2, ..., 1/m and count as H_m ~ ln m keys, not one. The prior is SDPA's float mask (causal -inf "
           "folded in); gate, beta and gamma are unused.",
 )

@@ -1,4 +1,4 @@
-"""The claims ledger (`attnlab verify`, issues 6 and 14): every row reproduces its recorded verdict (holds, refuted,
+"""The claims ledger (`attnlab verify`): every row reproduces its recorded verdict (holds, refuted,
 as predicted), so the command exits 0, and exits 1 under --strict-claims because four claims are refuted; a planted
 wrong claim, or a refuted claim planted where it holds, makes a row FAIL and the command exit 1; docs/claims.md shows
 the table as printed.
@@ -185,7 +185,7 @@ def test_expectations_are_checked_at_registration():
 
 
 def test_the_brief_is_covered():
-    """Issue 6's minimum list, by check id."""
+    """The minimum list of checks the ledger must hold, by check id."""
     required = {
         "mask-forms", "perm-none-1layer", "perm-learned", "perm-sinusoidal", "softmax-argmax", "lse-max", "kl-form",
         "lse-gradient", "lse-hessian", "lse-hessian-norm", "softmax-lipschitz", "temperature-zero",

@@ -190,7 +190,7 @@ def test_causal_with_a_cache_equals_the_last_rows_of_full_causal_attention():
 
 
 def test_gqa_repeats_kv_where_cuda_float32_would_fall_back_to_the_math_kernel(monkeypatch):
-    """issue 17 item 7: enable_gqa only where a fused kernel takes it; the repeated-K/V path gives the same output."""
+    """enable_gqa only where a fused kernel takes it; the repeated-K/V path gives the same output."""
     import importlib
 
     attention_module = importlib.import_module("attnlab.functional.attention")
@@ -206,7 +206,7 @@ def test_gqa_repeats_kv_where_cuda_float32_would_fall_back_to_the_math_kernel(mo
 
 @pytest.mark.parametrize("offset", [2.0, 6.0])
 def test_rbf_in_bfloat16_keeps_the_norm_coordinate_accurate(offset):
-    """issue 17 item 7: keys away from the origin make c = -||k||^2/2 large (here |c| ~ 64 offset^2). Rounded to
+    """Keys away from the origin make c = -||k||^2/2 large (here |c| ~ 64 offset^2). Rounded to
     one bfloat16 coordinate it would cost 0.09 (offset 2) to 2.7 (offset 6) in the output, measured with the
     split removed; carried as hi + lo the error stays at bfloat16's own level for the dot kernel (~0.007): 0.02
     allows three bfloat16 steps of a unit-size output."""

@@ -1,4 +1,4 @@
-"""Magnitude as a logit prior (magnitude_apply="logits"; issue 15, item 3): the control for the magnitude write-up's argument.
+"""Magnitude as a logit prior (magnitude_apply="logits"): the control for the magnitude write-up's argument.
 
     p_ij proportional to max(w, floor)_ij exp(z_ij),  i.e.  softmax(z_ij + log max(w_ij, floor))     floor = PRIOR_FLOOR
 

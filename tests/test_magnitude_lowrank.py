@@ -1,4 +1,4 @@
-"""The low-rank causal magnitude solver (attnlab.functional.magnitude_lowrank, issue 16) against independent
+"""The low-rank causal magnitude solver (attnlab.functional.magnitude_lowrank) against independent
 references: a dense float64 solve of every prefix system of the same approximated matrix, the exact Cholesky prefix
 forms of attnlab.functional.magnitude, and the exact similarity when the landmarks are the points themselves."""
 

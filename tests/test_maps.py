@@ -1,4 +1,4 @@
-"""`attnlab maps` (issue 17, item 4): the weights it draws are the softmax of the layer's own q.k, recomputed here in
+"""`attnlab maps`: the weights it draws are the softmax of the layer's own q.k, recomputed here in
 float64 from the layer's projections; the magnitude weights of the causal form are those of a dense float64 solve
 of each key's prefix system; the command writes one picture per layer (and per magnitude layer)."""
 

@@ -1,4 +1,4 @@
-"""The block-wise low-rank prefix gated attention (attnlab.functional.prefix_attention, issue 16) against the formula
+"""The block-wise low-rank prefix gated attention (attnlab.functional.prefix_attention) against the formula
 written out densely in float64, and the Attention layer that uses it against the explicit path."""
 
 import pytest

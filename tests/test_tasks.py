@@ -1,4 +1,4 @@
-"""The task generators (issue 15, items 1-2): determinism, shapes, the answers checked by parsers written from the
+"""The task generators: determinism, shapes, the answers checked by parsers written from the
 documented formats (not from the generators), hijack's conditions (a)-(c), the chance levels against a simulated
 context-free predictor, the one-line errors and the docstring examples.
 

@@ -225,7 +225,7 @@ def plot_spectra(spectra: list[dict], path, title: str | None = None, mass: floa
             ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
-    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.08, top=0.9, wspace=0.3, hspace=0.25)  # tight_layout: 1 s
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.08, top=0.9, wspace=0.3, hspace=0.25)  # tight_layout is slow here
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
     return Path(path)

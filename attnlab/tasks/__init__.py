@@ -1,4 +1,4 @@
-"""Synthetic tasks: seeded, deterministic generators of token sequences with an answer mask (issue 15).
+"""Synthetic tasks: seeded, deterministic generators of token sequences with an answer mask.
 
 Each task is a frozen dataclass whose fields are its parameters (each checked, with a one-line
 :class:`~attnlab.errors.ConfigError` naming ``data.task.<field>``, the bad value and the allowed range). A task

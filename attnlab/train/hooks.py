@@ -12,7 +12,7 @@ A hook writes keys under its own ``prefixes`` (they also go to TensorBoard as sc
 
 * :class:`MagnitudeGateHook` (the magnitude write-up): each magnitude gate's statistics of the step's last micro-batch,
   ``mag/L<i>/<stat>``; gates record only on logged steps (recording costs device syncs and one product with Z);
-* :class:`MoHHook` (issue 18; runs when the model has MoH layers): ``moh/aux_loss``, the load-balance loss added
+* :class:`MoHHook` (runs when the model has MoH layers): ``moh/aux_loss``, the load-balance loss added
   to the training loss, and per layer ``moh/L<i>/balance`` (L_b) and ``moh/L<i>/h<j>`` (head j's mean weight);
 * :class:`RankHook` (the Boneless write-up; ``train.track_rank``): :func:`attnlab.analysis.rank.rank_metrics` at every
   evaluation, ``pseudo_rank/<m>/L<i>`` and ``participation_ratio/<m>/L<i>``.
