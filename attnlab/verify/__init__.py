@@ -21,7 +21,8 @@ from .ledger import (CHECKS, FAIL, VERDICTS, WRITEUPS, Check, Record, exit_statu
 
 def select(names) -> list[str]:
     """The check ids that ``names`` pick, in registration order: each name is a write-up's key (``magnitude``,
-    ``boneless``, ``masking``, ``softmax``; its former name, e.g. ``seed000``, is an alias) or a check id.
+    ``boneless``, ``masking``, ``softmax``; its former name in :data:`~attnlab.verify.aliases.LEGACY_NAMES` is an
+    alias) or a check id.
     An unknown name raises ValueError."""
     wanted = set()
     for name in names:
