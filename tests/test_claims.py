@@ -72,7 +72,7 @@ def test_check_reproduces_its_verdict(ledger, check_id):
         f"{check_id}: verdict {r['verdict']}: measured {r['measured']!r} vs claimed {r['relation']} "
         f"{r['claimed']!r} (tolerance {r['tolerance']!r}; {r['note']})")
     assert isinstance(r["measured"], float) and math.isfinite(r["measured"])
-    assert r["claim"] and r["tolerance_basis"] and r["seed"] in ("000", "001", "002", "003")
+    assert r["claim"] and r["tolerance_basis"] and r["writeup"] in ("magnitude", "boneless", "masking", "softmax")
 
 
 @pytest.mark.parametrize("check_id", list(REFUTED))
@@ -84,8 +84,8 @@ def test_refuted_claim_is_refuted(ledger, check_id):
     assert not r["agrees"] and r["verdict"] == "refuted", (
         f"{check_id}: verdict {r['verdict']} (measured {r['measured']!r}); expected refuted: {REFUTED[check_id]}")
     assert isinstance(r["measured"], float) and math.isfinite(r["measured"])
-    assert r["kind"] == "claim" and r["seed"] in ("000", "001") and r["claim"] and r["tolerance_basis"]
-    if r["seed"] == "000":
+    assert r["kind"] == "claim" and r["writeup"] in ("magnitude", "boneless") and r["claim"] and r["tolerance_basis"]
+    if r["writeup"] == "magnitude":
         assert abs(r["measured"] - r["claimed"]) > 10 * r["claimed"]  # refuted by far, not at a tolerance's edge
     else:  # a fraction claimed to be 1 (an exact count, tolerance 0) that misses by more than a tenth
         assert r["claimed"] == 1.0 and r["measured"] < 0.9
@@ -172,7 +172,7 @@ def test_exit_status():
 
 
 def test_expectations_are_checked_at_registration():
-    kw = dict(seed="000", claim="x", relation="=", claimed=0.0, tolerance=0.0, basis="b")
+    kw = dict(writeup="magnitude", claim="x", relation="=", claimed=0.0, tolerance=0.0, basis="b")
     with pytest.raises(ValueError):
         check("planted-1", expect="refuted", **kw)  # a refuted claim needs its reason
     with pytest.raises(ValueError):

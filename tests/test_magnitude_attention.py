@@ -85,7 +85,7 @@ def test_variants_are_registered_with_notes():
     assert get_variant("magnitude-prefix").magnitude == "prefix"
     for name in ("magnitude-causal", "magnitude-prefix"):
         info = variant_info(name)
-        assert "the magnitude write-up" in info.source and info.notes and info.config.causal
+        assert "Magnitude Attention write-up" in info.source and info.notes and info.config.causal
 
 
 # ------------------------------------------------------------------------------------------ value_gate in attention

@@ -75,7 +75,7 @@ def test_variants_are_registered():
     for name, form in (("magnitude-causal-logits", "causal"), ("magnitude-prefix-logits", "prefix")):
         cfg, info = get_variant(name), variant_info(name)
         assert (cfg.magnitude, cfg.magnitude_apply, cfg.causal) == (form, "logits", True)
-        assert "the magnitude write-up" in info.source and info.notes
+        assert "Magnitude Attention write-up" in info.source and info.notes
 
 
 def test_the_floor_is_documented_where_it_is_used():
