@@ -10,9 +10,9 @@
     attnlab variants
     attnlab swap runs/hijack-v2/standard/seed0 --attention magnitude-prefix-logits   # a prior on at test time
     attnlab magnitude-demo
-    attnlab consensus --points 64 --scale 10          # seed 001: consensus attention, raw-correlation explosion
-    attnlab cluster-colors [IMAGE]                    # seed 001: palette by consensus attention vs k-means
-    attnlab rank runs/20261122-101500-standard        # seed 001: pseudo-rank of W_q, W_k, W_v, W_o, W_q W_k'
+    attnlab consensus --points 64 --scale 10          # the Boneless write-up: consensus attention, raw-correlation explosion
+    attnlab cluster-colors [IMAGE]                    # the Boneless write-up: palette by consensus attention vs k-means
+    attnlab rank runs/20261122-101500-standard        # the Boneless write-up: pseudo-rank of W_q, W_k, W_v, W_o, W_q W_k'
     attnlab rank-sweep --preset tiny --weight-decays 0 0.1 1
     attnlab ngram                                     # unigram/bigram/trigram loss on the validation tokens
 
@@ -206,9 +206,19 @@ def cmd_magnitude_demo(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    from .verify import CHECKS, WRITEUPS, select
     from .verify import main as verify
 
-    return verify(json_path=args.json, strict_claims=args.strict_claims)
+    if args.list:
+        for writeup, title in WRITEUPS.items():
+            print(f"{writeup} ({title}): {' '.join(i for i, c in CHECKS.items() if c.writeup == writeup)}")
+        return 0
+    try:
+        ids = select(args.names) if args.names else None
+    except ValueError as e:
+        print(f"attnlab verify: {e}", file=sys.stderr)
+        return 2
+    return verify(json_path=args.json, strict_claims=args.strict_claims, ids=ids)
 
 
 def cmd_consensus(args) -> int:
@@ -441,19 +451,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tasks", help="list the synthetic capability tasks (data.source=task:<name>)")
     p.set_defaults(func=cmd_tasks)
 
-    p = sub.add_parser("magnitude-demo", help="seed 000's numbers: hijacking, cluster collapse, effective size")
+    p = sub.add_parser("magnitude-demo", help="the Magnitude Attention write-up's numbers: hijacking, cluster collapse, effective size")
     p.set_defaults(func=cmd_magnitude_demo)
 
-    p = sub.add_parser("verify", help="the claims ledger: measure the seed write-ups' claims; exit 1 if a row's "
+    from .verify.aliases import LEGACY_NAMES  # a plain table: no torch import
+
+    p = sub.add_parser("verify", help="the claims ledger: measure the write-ups' claims; exit 1 if a row's "
                        "verdict is FAIL (it no longer reproduces its recorded verdict)",
                        description="Exit status 0 when every row reproduces its recorded verdict (holds, refuted or "
                        "as predicted), 1 when any row's verdict is FAIL; with --strict-claims also 1 when any claim "
                        "is refuted.")
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help="only these rows: a write-up (magnitude, boneless, masking, softmax) or a check id; the "
+                   f"former names {', '.join(LEGACY_NAMES)} are aliases of the four write-ups (default: every row)")
+    p.add_argument("--list", action="store_true", help="list the write-ups and their check ids, and exit")
     p.add_argument("--json", metavar="FILE", help="also write the records as JSON")
     p.add_argument("--strict-claims", action="store_true", help="exit 1 also when any claim is refuted")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("consensus", help="seed 001: parameterless attention as consensus; raw-correlation explosion")
+    p = sub.add_parser("consensus", help="the Boneless write-up: parameterless attention as consensus; raw-correlation explosion")
     p.add_argument("--points", type=int, default=64, help="points drawn from N(0, I) (default 64)")
     p.add_argument("--dim", type=int, default=2, help="their dimension (default 2; frames show the first two)")
     p.add_argument("--steps", type=int, default=50)
@@ -467,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/consensus", help="where the frame PNGs go (default runs/consensus)")
     p.set_defaults(func=cmd_consensus)
 
-    p = sub.add_parser("cluster-colors", help="seed 001: an image's palette by consensus attention, vs k-means")
+    p = sub.add_parser("cluster-colors", help="the Boneless write-up: an image's palette by consensus attention, vs k-means")
     p.add_argument("image", nargs="?", help="an image file (default: matplotlib's sample photograph grace_hopper.jpg)")
     p.add_argument("--out", default="runs/colors", help="where palette.png and recolored*.png go")
     p.add_argument("--samples", type=int, default=2000, help="pixels sampled for clustering (default 2000)")
@@ -481,7 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_cluster_colors)
 
-    p = sub.add_parser("mass", help="seed 000: attention mass on the unique key and the redundant cluster (task runs)")
+    p = sub.add_parser("mass", help="the Magnitude Attention write-up: attention mass on the unique key and the redundant cluster (task runs)")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run trained on a task that marks key roles (hijack)")
     p.add_argument("params", nargs="*", metavar="PARAM=VALUE",
                    help="task parameters to change for the measurement, e.g. m=16 (as data.task.m=16)")
@@ -515,12 +531,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dest")
     p.set_defaults(func=cmd_export_hf)
 
-    p = sub.add_parser("rank", help="seed 001: singular spectra, pseudo-rank, participation ratio of attention weights")
+    p = sub.add_parser("rank", help="the Boneless write-up: singular spectra, pseudo-rank, participation ratio of attention weights")
     p.add_argument("path", metavar="CHECKPOINT_OR_HF_DIR", help="a run directory or a Hugging Face GPT-2 directory")
     p.add_argument("--out", help="where rank.md, rank.json, spectra.png go (default runs/rank-<name>)")
     p.set_defaults(func=cmd_rank)
 
-    p = sub.add_parser("rank-sweep", help="seed 001: one run per weight decay; pseudo-rank and val loss per lambda")
+    p = sub.add_parser("rank-sweep", help="the Boneless write-up: one run per weight decay; pseudo-rank and val loss per lambda")
     _add_config_args(p)
     p.add_argument("--weight-decays", type=float, nargs="+", default=[0.0, 0.1, 1.0], metavar="LAMBDA")
     p.add_argument("--out", default="runs/rank-sweep", help="sweep directory (resumable; default runs/rank-sweep)")

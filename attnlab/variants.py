@@ -55,43 +55,43 @@ def get_variant(name: str) -> AttentionConfig:
 
 register(
     "standard", "causal multi-head softmax attention, softmax(QK'/sqrt(d)) V (GPT-2)",
-    "Vaswani et al. 2017, arXiv:1706.03762; seed 003",
+    "Vaswani et al. 2017, arXiv:1706.03762; the softmax write-up",
 )
 register(
     "gqa", "grouped-query attention: 2 K/V heads shared by groups of query heads",
-    "Ainslie et al. 2023, arXiv:2305.13245; seed 003", n_kv_head=2,
+    "Ainslie et al. 2023, arXiv:2305.13245; the softmax write-up", n_kv_head=2,
 )
 register(
     "mqa", "multi-query attention: one K/V head shared by all query heads",
-    "Shazeer 2019, arXiv:1911.02150; seed 003", n_kv_head=1,
+    "Shazeer 2019, arXiv:1911.02150; the softmax write-up", n_kv_head=1,
 )
 register(
     "rbf", "Gaussian-kernel weights exp(-||q-k||^2 / 2 sigma^2), row-normalised, sigma^2 = T sqrt(d)",
-    "seed 003 (kernel view of softmax attention)", kernel="rbf",
+    "softmax write-up (kernel view of softmax attention)", kernel="rbf",
 )
 register(
     "mask-renormalize", "causal mask as Mask(B): softmax over all keys, then zero the future and renormalise",
-    "seed 002 (masking, form 2)", mask_form="renormalize",
+    "masking write-up, form 2", mask_form="renormalize",
 )
 register(
     "magnitude-causal", "magnitude-gated values, per key: g_j = gate(weight of key j inside its own prefix 1..j)",
-    "seed 000 (magnitude attention), causal form", magnitude="causal",
+    "Magnitude Attention write-up, causal form", magnitude="causal",
     notes="exact w_j = y_j / L_jj from Z + eps I = L L', y = L^-1 1 (docs/magnitude.md, prefix identities); keeps the "
-          "SDPA fast path. Not the seed's global mu, which leaks the future in a causal model: that one is "
-          "AttentionConfig(magnitude='global', causal=False), or allow_future_leak=True to reproduce the seed. "
+          "SDPA fast path. Not the write-up's global mu, which leaks the future in a causal model: that one is "
+          "AttentionConfig(magnitude='global', causal=False), or allow_future_leak=True to reproduce the write-up. "
           "A cluster of m clones gets gates of 1, 1/2, ..., 1/m (sum ~ ln m, not 1 unit): each key is judged "
           "by the keys before it only.",
 )
 register(
     "magnitude-prefix", "magnitude-gated values, per (i, j): g_ij = gate(weight of key j inside query i's prefix 1..i)",
-    "seed 000 (magnitude attention), exact prefix form", magnitude="prefix",
+    "Magnitude Attention write-up, exact prefix form", magnitude="prefix",
     notes="exact M_ij = sum_{m=j..i} (L^-1)_mj y_m: row i is mu of the keys query i may see, so a cluster of m "
-          "clones sums to m/(m+eps) ~ 1 unit as in the seed; needs the explicit path (no SDPA), O(T^3) per head.",
+          "clones sums to m/(m+eps) ~ 1 unit as in the write-up; needs the explicit path (no SDPA), O(T^3) per head.",
 )
 register(
     "magnitude-causal-linear", "magnitude-gated values, per key, linear gate: g_j = clamp(beta w_j + gamma, 0, 1), w_j the "
     "weight of key j inside its own prefix 1..j",
-    "seed 000 (magnitude attention), causal form; the seed's arithmetic 'the gate passes the weight through'",
+    "Magnitude Attention write-up, causal form; the write-up's arithmetic 'the gate passes the weight through'",
     magnitude="causal", magnitude_gate="linear",
     notes="beta = 1, gamma = 0 at init: an isolated key passes whole, the causal form's clones pass 1, 1/2, ..., 1/m of "
           "their values (a harmonic number H_m ~ ln m of units in all). beta and gamma are learned; keeps SDPA.",
@@ -99,34 +99,34 @@ register(
 register(
     "magnitude-prefix-linear", "magnitude-gated values, per (i, j), linear gate: g_ij = clamp(beta M_ij + gamma, 0, 1), "
     "M_ij the weight of key j inside query i's prefix 1..i",
-    "seed 000 (magnitude attention), exact prefix form; the seed's arithmetic 'the gate passes the weight through'",
+    "Magnitude Attention write-up, exact prefix form; the write-up's arithmetic 'the gate passes the weight through'",
     magnitude="prefix", magnitude_gate="linear",
-    notes="beta = 1, gamma = 0 at init: m exact clones pass 1/(m + eps) each, m/(m + eps) ~ 1 unit together, as the seed "
+    notes="beta = 1, gamma = 0 at init: m exact clones pass 1/(m + eps) each, m/(m + eps) ~ 1 unit together, as the write-up "
           "computes; the explicit path (no SDPA), O(T^3) per head.",
 )
 register(
     "magnitude-causal-logits", "magnitude weights as a logit prior, per key: softmax(z_ij + log max(w_j, floor)), w_j "
     "the weight of key j inside its own prefix 1..j (no value gate)",
-    "seed 000 (magnitude attention), causal form; as a prior on the scores, the control for the seed's argument",
+    "Magnitude Attention write-up, causal form; as a prior on the scores, the control for the write-up's argument",
     magnitude="causal", magnitude_apply="logits",
-    notes=f"p_ij ~ max(w_j, {PRIOR_FLOOR:g}) exp(z_ij): what seed 000 argues against ('methods that just shift attention "
-          "scores'), so that the gate on the values can be compared with it (issue 15, item 3). m exact clones get "
+    notes=f"p_ij ~ max(w_j, {PRIOR_FLOOR:g}) exp(z_ij): what the magnitude write-up argues against ('methods that just shift attention "
+          "scores'), so that the gate on the values can be compared with it. m exact clones get "
           "1, 1/2, ..., 1/m and count as H_m ~ ln m keys, not one. The prior is SDPA's float mask (causal -inf "
           "folded in); gate, beta and gamma are unused.",
 )
 register(
     "magnitude-prefix-logits", "magnitude weights as a logit prior, per (i, j): softmax(z_ij + log max(M_ij, floor)), "
     "M_ij the weight of key j inside query i's prefix 1..i (no value gate)",
-    "seed 000 (magnitude attention), exact prefix form; as a prior on the scores, the control for the seed's "
+    "Magnitude Attention write-up, exact prefix form; as a prior on the scores, the control for the write-up's "
     "argument", magnitude="prefix", magnitude_apply="logits",
-    notes=f"p_ij ~ max(M_ij, {PRIOR_FLOOR:g}) exp(z_ij): m exact clones count as one key (m/(m+eps)), so in the seed's example "
+    notes=f"p_ij ~ max(M_ij, {PRIOR_FLOOR:g}) exp(z_ij): m exact clones count as one key (m/(m+eps)), so in the write-up's example "
           "(one key with e^z = 20, 50 clones with e^z = 1) the unique key gets 20/21 instead of 20/70. Per-(i, j) "
           "float mask on SDPA (narrowly faster than the explicit path at T = 256 on CPU); O(T^3) per head for M.",
 )
 register(
     "magnitude-causal-lowrank", "magnitude-gated values, per key, low-rank solver: Z ~ Phi Phi' + D with Nystrom features "
     "against r = 32 learned landmarks per K/V head, every prefix solved chunk by chunk in O(T r^2); eps = 0.1",
-    "seed 000 (magnitude attention), causal form; Nystrom: Williams and Seeger 2001; issue 16",
+    "Magnitude Attention write-up, causal form; Nystrom: Williams and Seeger 2001",
     magnitude="causal", magnitude_solver="lowrank", magnitude_rank=LOWRANK_RANK, magnitude_eps=LOWRANK_EPS,
     notes="near-linear in T (the exact causal form is O(T^3) per head) and keeps SDPA; an approximation of "
           "magnitude-causal only where the landmarks sit among the keys and eps is large (docs/magnitude.md#the-low-rank-"
@@ -136,42 +136,42 @@ register(
 register(
     "magnitude-prefix-logits-lowrank", "magnitude-prefix-logits with the low-rank solver: softmax(z_ij + log max(M_ij, "
     "floor)), M_ij from Phi Phi' + D against r = 32 learned landmarks per K/V head; eps = 0.1",
-    "seed 000 (magnitude attention), prefix form as a logit prior; Nystrom: Williams and Seeger 2001; issue 16",
+    "Magnitude Attention write-up, prefix form as a logit prior; Nystrom: Williams and Seeger 2001",
     magnitude="prefix", magnitude_apply="logits", magnitude_solver="lowrank", magnitude_rank=LOWRANK_RANK,
     magnitude_eps=LOWRANK_EPS,
     notes="M_ij = (1 - phi_j' c_i) / lambda_j, c_i the r-vector of query i's prefix (docs/magnitude.md#the-low-rank-"
           "solver): O(T r^2) for the solve, O(T^2 r) for M. The hijack experiment's low-rank row. Needs block_size >= r.",
 )
-# Seed 001's six steps from "just correlation" to attention (step 4 is `standard`), then QK-norm, low rank, MLA.
+# The Boneless write-up's six steps from "just correlation" to attention (step 4 is `standard`), then QK-norm, low rank, MLA.
 register(
     "boneless-corr", "no parameters: y = (x x') x per head slice x_h, raw correlation weights (no softmax, no scale, "
     "no Q/K/V/output projections)",
-    "seed 001, step 1 (just correlation)", q_mode="identity", k_mode="identity", v_mode="identity", out_proj=False,
+    "Boneless write-up, step 1 (just correlation)", q_mode="identity", k_mode="identity", v_mode="identity", out_proj=False,
     normalizer="none", scale=1.0,
-    notes="with n_head heads, head h correlates and mixes its own slice x_h of x (n_head=1 is the seed's (x x') x); "
-          "causal masking zeroes the future weights. The output grows with T and |x|^3, as the seed warns.",
+    notes="with n_head heads, head h correlates and mixes its own slice x_h of x (n_head=1 is the write-up's (x x') x); "
+          "causal masking zeroes the future weights. The output grows with T and |x|^3, as the write-up warns.",
 )
 register(
     "boneless-softmax", "no parameters: y = softmax(x x' / sqrt(d) + mask) x per head slice x_h",
-    "seed 001, step 2 (softmaxed correlation)", q_mode="identity", k_mode="identity", v_mode="identity",
+    "Boneless write-up, step 2 (softmaxed correlation)", q_mode="identity", k_mode="identity", v_mode="identity",
     out_proj=False,
-    notes="scale 1/sqrt(head_dim) as in every softmax variant here (the seed does not state one).",
+    notes="scale 1/sqrt(head_dim) as in every softmax variant here (the write-up does not state one).",
 )
 register(
     "boneless-value",
     "softmax(x x' / sqrt(d) + mask) (x W_v) W_o: correlation of x itself mixes value-projected tokens",
-    "seed 001, step 3 (weighted sum over value-projected tokens)", q_mode="identity", k_mode="identity",
-    notes="keeps the output projection: the seed's step 4 then adds only W_q and W_k to reach `standard`.",
+    "Boneless write-up, step 3 (weighted sum over value-projected tokens)", q_mode="identity", k_mode="identity",
+    notes="keeps the output projection: the write-up's step 4 then adds only W_q and W_k to reach `standard`.",
 )
 register(
     "identity-qk", "Q and K projections initialised to the identity (W = I, b = 0), then trained",
-    "seed 001, step 5", q_mode="identity_init", k_mode="identity_init",
+    "Boneless write-up, step 5", q_mode="identity_init", k_mode="identity_init",
     notes="the identity weights are raw parameters, not nn.Linear: GPT's N(0, 0.02) init leaves them alone; "
           "attnlab.train.optim decays them (towards 0, not towards I) like every 2-D weight.",
 )
 register(
     "residual-qk", "residual Q and K projections: Q = x W_q + x, K = x W_k + x (W initialised as usual)",
-    "seed 001, step 6", q_mode="residual", k_mode="residual",
+    "Boneless write-up, step 6", q_mode="residual", k_mode="residual",
 )
 register(
     "qk-norm", "cosine logits g cos(q, k): q and k L2-normalised per head, learned scale g (init sqrt(head_dim))",
@@ -181,27 +181,27 @@ register(
 )
 register(
     "low-rank", "low-rank Q, K, V projections W = B A, inner rank r = 1/4 of each projection's full rank",
-    "seed 001 (low-rank attention weights)", rank_fraction=0.25,
+    "Boneless write-up (low-rank attention weights)", rank_fraction=0.25,
     notes="r = min(in, out)/4: half the parameters of a dense square W (r (in + out) = n^2 / 2). B A is initialised "
           "with the dense layer's entrywise std 0.02; its factors are raw parameters, weight-decayed like every 2-D weight.",
 )
 register(
     "mla", "multi-head latent attention: K, V rebuilt from one cached latent c = RMSNorm(x W_dkv) of width n_embd/4",
-    "DeepSeek-V2, arXiv:2405.04434; seeds 001, 003", kv_latent_fraction=0.25,
+    "DeepSeek-V2, arXiv:2405.04434; the Boneless and softmax write-ups", kv_latent_fraction=0.25,
     notes="d_c = n_embd/4 as in DeepSeek-V2-Lite (512 of 2048). Caches d_c floats per token per layer instead of "
           "2 n_kv_head head_dim. No decoupled RoPE key and no query compression (RoPE, if on, rotates the rebuilt K).",
 )
 register(
     "talking-heads", "talking heads: the logits mixed across heads by a learned [H, H] matrix before the softmax, the "
     "weights by another after it (both identity at init)",
-    "Shazeer et al. 2020, arXiv:2003.02436; seed 002 (head recombination)", head_mix="talking",
+    "Shazeer et al. 2020, arXiv:2003.02436; the masking write-up (head recombination)", head_mix="talking",
     notes="the heads keep their count (h_k = h = h_v in the paper's notation). Identity init, so training starts "
           "from plain multi-head attention. Explicit path: no fused kernel mixes heads inside the softmax.",
 )
 register(
     "moh", "mixture of heads: per token, n_head/2 shared heads always on and the top half of the rest chosen by a "
     "router; the heads weighted by the router before W_o, a load-balance loss (beta 0.01) on the routed heads",
-    "Jin et al. 2024, arXiv:2410.11842; seed 002 (head recombination)", head_mix="moh",
+    "Jin et al. 2024, arXiv:2410.11842; the masking write-up (head recombination)", head_mix="moh",
     notes="the gate normalisation is the authors' released code's (top-k renormalised, each group scaled by its "
           "active head count; attnlab.mechanisms.heads.functional). On CPU every head is computed and the unchosen ones are "
           "weighted 0, so MoH saves no compute here; with 4 heads, 3 are active per token.",
@@ -209,7 +209,7 @@ register(
 register(
     "coda", "cascaded head-colliding attention: each layer's logits a Gaussian latent, mean s + a_prev + f(s + a_prev) "
     "with f an MLP across the heads at each (i, j) and a_prev the previous layer's sampled logits; noise 1 in training",
-    "Zheng et al. 2021, arXiv:2105.14850 (the authors' released code, LZhengisme/CODA); seed 002 (head recombination)",
+    "Zheng et al. 2021, arXiv:2105.14850 (the authors' released code, LZhengisme/CODA); the masking write-up (head recombination)",
     head_mix="coda",
     notes="built from the authors' released code, which trains with the task loss alone (no KL term, unit variance, "
           "one sample per step, the mean path at evaluation); the paper's method section is not reproduced here "
@@ -218,13 +218,13 @@ register(
 register(
     "count-prior", "duplicate-count prior: softmax(z_ij - log c_ij), c_ij the copies of token x_j among x_1..x_i, "
     "so m identical tokens share one token's mass",
-    "control for seed 000's magnitude prior (the same on exact duplicates, blind to near-duplicates)", count_prior=True,
+    "control for the Magnitude Attention write-up's magnitude prior (the same on exact duplicates, blind to near-duplicates)", count_prior=True,
     notes="reads the token ids, not the keys: the same prior in every layer. On m identical tokens the prefix "
           "magnitude prior gives -log m too (weights 1/m), so a cluster of exact copies cannot tell the two apart.",
 )
 register(
     "low-temperature", "softmax(QK'/(sqrt(d) T)) V at a fixed temperature T = 0.25 (logits 4x sharper)",
-    "seed 003 (temperature); the sharpening control for a prior that concentrates the mass", temperature=0.25,
+    "softmax write-up (temperature); the sharpening control for a prior that concentrates the mass", temperature=0.25,
     notes="a prior that discounts clusters also sharpens the weights on a unique key; this control sharpens every "
           "row alike without looking at duplicates (qk-norm is the learned-scale control).",
 )

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The comparisons a GPU session runs, each bounded by $GRID_TIMEOUT seconds (default 240):
+# Comparisons on one GPU, each bounded by $GRID_TIMEOUT seconds (default 240):
 #   NAME                  the experiment preset NAME with --jobs $GRID_JOBS (default 3) on the one GPU;
 #   NAME:KEY=V1,V2,...    NAME's sweep of KEY: one comparison per value, all values at once (each with
 #                         $GRID_JOBS jobs), in the layout `attnlab sweep` writes (NAME-sweep/KEY=VALUE/).
@@ -7,7 +7,7 @@
 # files: unpack it here, then `attnlab report DIR --export results/NAME` per comparison, or `attnlab report
 # NAME-sweep` for a sweep); $DEST/<grid>.log holds each grid's output. A grid cut off by its timeout keeps its
 # finished runs (SIGINT: each run saves a checkpoint and is marked interrupted). Missing pure-Python dependencies
-# can travel as wheels in .whl/, as for cuda_session.sh.
+# can travel as wheels in .whl/, as for cuda_checks.sh.
 #     bash benchmarks/cuda_grids.sh "$OUT" hijack-v2-1 hijack-v2-2 zoology-mqar-t64-d64:train.lr=1e-3,3.16e-3,1e-2
 cd "$(dirname "$0")/.."
 DEST="${1:-${OUT:-cuda-out}}"; [ $# -gt 0 ] && shift; mkdir -p "$DEST"

@@ -1,4 +1,4 @@
-"""Benchmark: the CUDA path's design choices measured on a GPU (issue 17 item 7); prints one JSON object.
+"""Benchmark: the CUDA path's design choices measured on a GPU; prints one JSON object.
 
   peaks:  the matmul rate attnlab's MFU divides by (attnlab.train.flops.measure_matmul_gflops) in float32 with TF32
           off, float32 with TF32 on (what a float32 run on CUDA uses) and bfloat16;

@@ -1,13 +1,13 @@
-"""Benchmark: the magnitude-gated attention layers (seed 000) against raw SDPA, with the issue's speed targets.
+"""Benchmark: the magnitude-gated attention layers (the magnitude write-up) against raw SDPA, with its speed targets.
 
 Rows (batch 8, heads 8, head_dim 64, forward+backward; the targets of "Magnitude Attention, done right"):
   global-cg        magnitude="global", solver="cg", 5 iterations, bidirectional (causal=false): seq 512, <= 1.5x
   magnitude-causal key j's weight inside its own prefix (one Cholesky factor):                  seq 256, <= 2x
   magnitude-prefix key j's weight inside query i's prefix (explicit attention path):             seq 256, <= 3x
 plus magnitude-causal and magnitude-prefix at seq 512 (no target; the README's speed table measured them there), and
-the logit-prior forms (magnitude_apply="logits", issue 15's control) at seq 256 (no target).
+the logit-prior forms (magnitude_apply="logits", the control of the hijack study) at seq 256 (no target).
 
---long: the rows of issue 16 at batch 1 (long context): the low-rank solver (magnitude_solver="lowrank", default rank
+--long: the long-context rows at batch 1: the low-rank solver (magnitude_solver="lowrank", default rank
 and chunk) beside the exact forms at the same T, so that the crossover shows:
   lowrank-causal   seq 1024, 2048, 4096: <= 1.5x, and peak memory <= 2x SDPA's
   lowrank-prefix   seq 1024, 2048:       <= 3x (block by block: attnlab.mechanisms.magnitude.prefix_blocks)
@@ -29,7 +29,7 @@ Peak memory of one forward+backward call, after a warm-up call (so parameter gra
     python benchmarks/magnitude.py                          # CPU fp32, every row
     python benchmarks/magnitude.py --rows magnitude-causal:256 global-cg:512 --repeats 5
     python benchmarks/magnitude.py --profile magnitude-causal:256          # torch.profiler table instead of JSON
-    python benchmarks/magnitude.py --long --repeats 3                       # issue 16's rows, batch 1
+    python benchmarks/magnitude.py --long --repeats 3                       # the long-context rows, batch 1
     python benchmarks/magnitude.py --batch 1 --rows lowrank-prefix:2048:256  # a low-rank row with its chunk set
 Prints one JSON object.
 """
@@ -60,7 +60,7 @@ FORMS = {
     "magnitude-prefix": ("magnitude-prefix", True),
     "magnitude-causal-logits": ("magnitude-causal-logits", True),  # the weights as a logit prior (no target)
     "magnitude-prefix-logits": ("magnitude-prefix-logits", True),
-    "lowrank-causal": ({"magnitude": "causal", "magnitude_solver": "lowrank"}, True),  # issue 16
+    "lowrank-causal": ({"magnitude": "causal", "magnitude_solver": "lowrank"}, True),  # the low-rank solver
     "lowrank-prefix": ({"magnitude": "prefix", "magnitude_solver": "lowrank"}, True),  # blocks (prefix_attention)
     "lowrank-prefix-explicit": ({"magnitude": "prefix", "magnitude_solver": "lowrank", "backend": "explicit"}, True),
     "lowrank-prefix-logits": ("magnitude-prefix-logits-lowrank", True),  # blocks, the prior inside the softmax
@@ -167,7 +167,7 @@ def main(argv=None):
                         "every device when any row sets one), NAME in " + ", ".join(FORMS))
     add_shape_args(p)
     p.add_argument("--profile", metavar="NAME:SEQ", help="print a torch.profiler table of one fwd+bwd call and exit")
-    p.add_argument("--long", action="store_true", help="issue 16's long-context rows at batch 1 (overrides --rows "
+    p.add_argument("--long", action="store_true", help="the long-context rows at batch 1 (overrides --rows "
                                                        "and --batch)")
     args = p.parse_args(argv)
     targets, memory_targets = TARGETS, {}

@@ -10,7 +10,7 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
   with its type, default and documentation, read from the dataclass and its source (the field's docstring);
 - ``RESULTS:<dir>``: the tables ``attnlab report`` computes from the raw run logs in ``results/<dir>/``;
 - ``TASKS``: the task registry (:mod:`attnlab.tasks`): each task's summary, defaults and computed chance accuracy;
-- ``HIJACK-MECHANISM``: seed 000's hijacking against the cluster size m for the mechanism alone
+- ``HIJACK-MECHANISM``: the Magnitude Attention write-up's hijacking against the cluster size m for the mechanism alone
   (:func:`attnlab.experiments.magnitude_demo.hijack_share_against_m`);
 - ``HIJACK-SUMMARY:<prefix>``: one table over the parts ``results/<prefix>-1``, ``-2``, ... of a hijack experiment
   (:func:`attnlab.experiments.hijack_report.hijack_summary`);
@@ -68,19 +68,38 @@ def _to_docs(page: Path) -> str:
     return "../" * len(rel.parts) + "docs/"
 
 
-def link_seeds(text: str, to_docs: str) -> str:
-    """Link every mention of a seed write-up ("seed 001", "seeds 001, 003") to its entry on the Sources page."""
+# Each write-up's entry on the Sources page: the names prose uses for it, and its anchor there
+WRITEUP_ANCHORS = {
+    "magnitude-attention": ("Magnitude Attention write-up", "magnitude write-up"),
+    "boneless-attention": ("Boneless write-up",),
+    "masking-and-positional-encodings": ("masking write-up",),
+    "why-dot-products-why-softmax": ("softmax write-up",),
+}
+# The former numbers of the write-ups, still in the text of modules being reworded: linked to the same entries
+LEGACY_NUMBERS = {"000": "magnitude-attention", "001": "boneless-attention",
+                  "002": "masking-and-positional-encodings", "003": "why-dot-products-why-softmax"}
 
-    def one(number: str) -> str:
-        return f"[{number}]({to_docs}sources.md#seed-{number})"
 
-    def group(m: re.Match) -> str:
+def link_writeups(text: str, to_docs: str) -> str:
+    """Link every mention of a write-up ("the Boneless write-up", "the Boneless and softmax write-ups") to its entry
+    on the Sources page."""
+    anchor = {name: a for a, names in WRITEUP_ANCHORS.items() for name in names}
+    names = sorted(anchor, key=len, reverse=True)
+    pattern = "|".join(re.escape(n) for n in names)
+    text = re.sub(rf"\b({pattern})\b", lambda m: f"[{m.group(1)}]({to_docs}sources.md#{anchor[m.group(1)]})", text)
+    # "the Boneless and softmax write-ups": link each name
+    short = {n.rsplit(" ", 1)[0]: a for n, a in anchor.items()}
+    alternatives = "|".join(re.escape(n) for n in sorted(short, key=len, reverse=True))
+    text = re.sub(rf"\b({alternatives}) and ({alternatives}) write-ups\b",
+                  lambda m: (f"[{m.group(1)}]({to_docs}sources.md#{short[m.group(1)]}) and "
+                             f"[{m.group(2)}]({to_docs}sources.md#{short[m.group(2)]}) write-ups"), text)
+
+    def legacy(m: re.Match) -> str:
         word, numbers = m.group(1), m.group(2)
-        if word == "seed":
-            return f"[seed {numbers}]({to_docs}sources.md#seed-{numbers})"
-        return word + " " + re.sub(r"\d{3}", lambda n: one(n.group(0)), numbers)
+        return word + " " + re.sub(r"\d{3}", lambda n: f"[{n.group(0)}]({to_docs}sources.md#{LEGACY_NUMBERS[n.group(0)]})",
+                                   numbers)
 
-    return re.sub(r"\b(seeds?) (\d{3}(?:(?:, | and )\d{3})*)\b", group, text)
+    return re.sub(r"\b(seeds?) (00[0-3](?:(?:, | and )00[0-3])*)\b", legacy, text)
 
 
 def cell(text: str) -> str:
@@ -93,7 +112,7 @@ def cell(text: str) -> str:
 
 
 def variants_table(to_docs: str | None = None) -> str:
-    """The variant registry as a Markdown table; with ``to_docs``, seed mentions link to the Sources page."""
+    """The variant registry as a Markdown table; with ``to_docs``, write-up mentions link to the Sources page."""
     from attnlab import variant_info, variants
 
     rows = ["| variant | what it is | source |", "|---|---|---|"]
@@ -101,7 +120,7 @@ def variants_table(to_docs: str | None = None) -> str:
         info = variant_info(name)
         description, source = cell(info.description), cell(info.source)
         if to_docs is not None:
-            description, source = link_seeds(description, to_docs), link_seeds(source, to_docs)
+            description, source = link_writeups(description, to_docs), link_writeups(source, to_docs)
         rows.append(f"| `{name}` | {description} | {source} |")
     return "\n".join(rows) + "\n"
 
@@ -156,7 +175,7 @@ def switches_table(class_name: str, to_docs: str = "") -> str:
     rows = [f"| `{class_name}` field | type | default | meaning |", "|---|---|---|---|"]
     for f in dataclasses.fields(cls):
         type_ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-        rows.append(f"| `{f.name}` | `{cell(type_)}` | {_default(f)} | {link_seeds(cell(docs.get(f.name, '')), to_docs)} |")
+        rows.append(f"| `{f.name}` | `{cell(type_)}` | {_default(f)} | {link_writeups(cell(docs.get(f.name, '')), to_docs)} |")
     return "\n".join(rows) + "\n"
 
 
@@ -171,7 +190,7 @@ def tasks_table(to_docs: str = "") -> str:
     for name in task_names():
         task = get_task(name)
         params = ", ".join(f"{f.name}={getattr(task, f.name)}" for f in dataclasses.fields(task))
-        rows.append(f"| `{name}` | {link_seeds(cell(task.summary), to_docs)} | {cell(params)} (vocab "
+        rows.append(f"| `{name}` | {link_writeups(cell(task.summary), to_docs)} | {cell(params)} (vocab "
                     f"{task.vocab_size}) | {task.chance_accuracy():.2%} |")
     return "\n".join(rows) + "\n"
 

@@ -22,7 +22,7 @@ from attnlab.errors import ConfigError
 from attnlab.presets import load_preset
 
 VOCAB, T = 37, 16  # the leak check's model: vocabulary and context
-LEAK_TOL = 1e-6  # float64: only rounding (~1e-15) may differ; the bound is the issue's
+LEAK_TOL = 1e-6  # float64: only rounding (~1e-15) may differ; the bound is the one the causality tests were specified with
 
 
 def attention_ref(q, k, v, *, causal=False, scale=None, temperature=1.0, kernel="dot", normalizer="softmax",

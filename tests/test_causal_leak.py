@@ -1,6 +1,6 @@
 """Causality: perturbing the tokens after position i must leave the logits at positions <= i unchanged.
 
-Run in float64 so that the only admissible difference is rounding (~1e-15); the 1e-6 bound is the issue's.
+Run in float64 so that the only admissible difference is rounding (~1e-15); the bound is 1e-6.
 Every registered variant is covered automatically, with every positional encoding, on both backends.
 """
 

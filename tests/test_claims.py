@@ -1,4 +1,4 @@
-"""The claims ledger (`attnlab verify`, issues 6 and 14): every row reproduces its recorded verdict (holds, refuted,
+"""The claims ledger (`attnlab verify`): every row reproduces its recorded verdict (holds, refuted,
 as predicted), so the command exits 0, and exits 1 under --strict-claims because four claims are refuted; a planted
 wrong claim, or a refuted claim planted where it holds, makes a row FAIL and the command exit 1; docs/claims.md shows
 the table as printed.
@@ -25,7 +25,7 @@ from attnlab.verify.ledger import check, column_span, exit_status
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The claims recorded as refuted (expect="refuted" in attnlab/verify/seed000.py, seed001.py). Seed 000's are our
+# The claims recorded as refuted (expect="refuted" in attnlab/verify/magnitude.py, boneless.py). The magnitude write-up's are our
 # finding, derived from the independent measurements on the magnitude docs page (docs/magnitude.md; CG: 15% error of
 # sum(mu) after 5 iterations at t = 0.1, 45% after 3; rank-4 keys: cond 1.2e8; weights down to -1e5: a sigmoid gate
 # on raw mu saturates or flips), not from the checks' code. The ledger keeps them as claim rows with the verdict
@@ -34,7 +34,7 @@ REFUTED = {
     "stable-weights": "near-clones: unique but not stable, cond(Z) ~ 1e10 amplifies key perturbations ~1e5-fold",
     "cg-5-iterations": "5 CG iterations leave 12% (iid, t = 0.1) to 25% (rank-4) error in |X|",
     "gate-sigmoid-collapse": "sigmoid(0.02) = 0.505, so 50 duplicates keep ~25 units, not 1",
-    # seed 001: under x <- x x' x every row ends along +-v_1; a pair under 90 degrees whose u_1 components differ
+    # the Boneless write-up: under x <- x x' x every row ends along +-v_1; a pair under 90 degrees whose u_1 components differ
     # in sign ends at 180 degrees (the SVD argument of the corr-consensus-sign row; 20% of such pairs here)
     "corr-consensus": "a fifth of the pairs under 90 degrees move apart, towards 180 degrees",
 }
@@ -72,20 +72,20 @@ def test_check_reproduces_its_verdict(ledger, check_id):
         f"{check_id}: verdict {r['verdict']}: measured {r['measured']!r} vs claimed {r['relation']} "
         f"{r['claimed']!r} (tolerance {r['tolerance']!r}; {r['note']})")
     assert isinstance(r["measured"], float) and math.isfinite(r["measured"])
-    assert r["claim"] and r["tolerance_basis"] and r["seed"] in ("000", "001", "002", "003")
+    assert r["claim"] and r["tolerance_basis"] and r["writeup"] in ("magnitude", "boneless", "masking", "softmax")
 
 
 @pytest.mark.parametrize("check_id", list(REFUTED))
 def test_refuted_claim_is_refuted(ledger, check_id):
-    """A seed claim our measurements refute: a measured number, a claim row recorded as refuted with its reason,
+    """A write-up's claim that our measurements refute: a measured number, a claim row recorded as refuted with its reason,
     a measurement that disagrees with the claim, and the verdict "refuted" (not FAIL)."""
     r = ledger["records"][check_id]
     assert r["expected"] == "refuted" and r["expected_because"]
     assert not r["agrees"] and r["verdict"] == "refuted", (
         f"{check_id}: verdict {r['verdict']} (measured {r['measured']!r}); expected refuted: {REFUTED[check_id]}")
     assert isinstance(r["measured"], float) and math.isfinite(r["measured"])
-    assert r["kind"] == "claim" and r["seed"] in ("000", "001") and r["claim"] and r["tolerance_basis"]
-    if r["seed"] == "000":
+    assert r["kind"] == "claim" and r["writeup"] in ("magnitude", "boneless") and r["claim"] and r["tolerance_basis"]
+    if r["writeup"] == "magnitude":
         assert abs(r["measured"] - r["claimed"]) > 10 * r["claimed"]  # refuted by far, not at a tolerance's edge
     else:  # a fraction claimed to be 1 (an exact count, tolerance 0) that misses by more than a tenth
         assert r["claimed"] == 1.0 and r["measured"] < 0.9
@@ -94,7 +94,7 @@ def test_refuted_claim_is_refuted(ledger, check_id):
 def test_exit_status_summary_and_json(ledger):
     assert {c for c in CHECKS if CHECKS[c].expect == "refuted"} == set(REFUTED)
     assert ledger["rc"] == 0  # every row reproduces its recorded verdict
-    assert ledger["rc_strict"] == 1  # --strict-claims: the seeds contain refuted claims
+    assert ledger["rc_strict"] == 1  # --strict-claims: the write-ups contain refuted claims
     assert ledger["stdout_strict"] == ledger["stdout"]  # the flag changes the exit status only
     lines = ledger["stdout"].rstrip("\n").split("\n")
     n, k = len(CHECKS), len(REFUTED)
@@ -132,7 +132,7 @@ def _failing_rows(stdout):
 
 
 def test_planted_wrong_claim_in_a_holding_check_fails_the_command(monkeypatch, tmp_path):
-    _plant(monkeypatch, "hijack-unique", claimed=0.3)  # the seed's "~0.28" is 20/70; 0.3 is wrong
+    _plant(monkeypatch, "hijack-unique", claimed=0.3)  # the write-up's "~0.28" is 20/70; 0.3 is wrong
     rc, stdout = _verify(json_path=tmp_path / "claims.json")
     assert rc == 1 and _verify("--strict-claims")[0] == 1
     data = json.loads((tmp_path / "claims.json").read_text())
@@ -172,7 +172,7 @@ def test_exit_status():
 
 
 def test_expectations_are_checked_at_registration():
-    kw = dict(seed="000", claim="x", relation="=", claimed=0.0, tolerance=0.0, basis="b")
+    kw = dict(writeup="magnitude", claim="x", relation="=", claimed=0.0, tolerance=0.0, basis="b")
     with pytest.raises(ValueError):
         check("planted-1", expect="refuted", **kw)  # a refuted claim needs its reason
     with pytest.raises(ValueError):
@@ -185,7 +185,7 @@ def test_expectations_are_checked_at_registration():
 
 
 def test_the_brief_is_covered():
-    """Issue 6's minimum list, by check id."""
+    """The minimum list of checks the ledger must hold, by check id."""
     required = {
         "mask-forms", "perm-none-1layer", "perm-learned", "perm-sinusoidal", "softmax-argmax", "lse-max", "kl-form",
         "lse-gradient", "lse-hessian", "lse-hessian-norm", "softmax-lipschitz", "temperature-zero",
@@ -194,15 +194,15 @@ def test_the_brief_is_covered():
         "additivity-far",
     }
     assert required <= set(CHECKS)
-    # the refuted seed 000 statements are rows too, and the linear gate that does reproduce the seed's arithmetic
+    # the refuted statements of the magnitude write-up are rows too, and the linear gate that does reproduce its arithmetic
     assert set(REFUTED) | {"gate-linear-collapse"} <= set(CHECKS)
 
 
 # ------------------------------------------------------------------------------------------ planted wrong claims
 
 PLANTED = [
-    ("hijack-unique", {"claimed": 0.3}),  # the seed's "~0.28" is 20/70; 0.3 is wrong
-    ("hijack-cluster", {"claimed": 0.71}),  # the seed's rounded 0.71 is not 50/70 to 1e-12
+    ("hijack-unique", {"claimed": 0.3}),  # the write-up's "~0.28" is 20/70; 0.3 is wrong
+    ("hijack-cluster", {"claimed": 0.71}),  # the write-up's rounded 0.71 is not 50/70 to 1e-12
     ("clones-each", {"claimed": 0.02}),  # 1/N without the eps actually used
     ("three-far", {"claimed": 2.0}),
     ("mask-forms", {"renormalise": False}),  # zeroing the future without renormalising (a real bug)

@@ -783,7 +783,7 @@ def test_hijack_protocol_sets_the_fixed_runs_beside_the_same_seeds_and_all_seeds
 
 
 def test_one_gpu_per_child_when_there_are_several():
-    """issue 17 item 7: compare --jobs N spreads its children over the visible GPUs (CUDA_VISIBLE_DEVICES)."""
+    """compare --jobs N spreads its children over the visible GPUs (CUDA_VISIBLE_DEVICES)."""
     from attnlab.experiments.compare import pick_gpu, visible_gpus
 
     assert visible_gpus({}, 4) == ["0", "1", "2", "3"]

@@ -1,4 +1,4 @@
-"""Seed 001's parameterless attention: consensus steps against formulas computed by hand (numpy), clusters of
+"""The Boneless write-up's parameterless attention: consensus steps against formulas computed by hand (numpy), clusters of
 blobs, the exact norm law of raw correlation x <- x x' x, and colour clustering of a synthetic image."""
 
 import numpy as np

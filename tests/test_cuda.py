@@ -1,4 +1,4 @@
-"""The CUDA path on a real GPU (issue 17 item 7): skipped where torch sees no CUDA device, as on CI.
+"""The CUDA path on a real GPU: skipped where torch sees no CUDA device, as on CI.
 
 Each test checks on the GPU a design that the CPU tests can only check by its logic:
 

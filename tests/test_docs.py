@@ -43,7 +43,7 @@ def _blocks(text: str, name: str) -> list[str]:
 
 
 def _unlink(text: str) -> str:
-    """Markdown links reduced to their text: [seed 001](sources.md#seed-001) -> seed 001."""
+    """Markdown links reduced to their text: [the Boneless write-up](sources.md#boneless-attention) -> the Boneless write-up."""
     return re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
 
 

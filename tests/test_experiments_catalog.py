@@ -14,7 +14,7 @@ from attnlab.presets import load_preset
 from attnlab.variants import variant_info
 
 
-# The one experiment with a single seed: issue 15 asks for one fixed-m run per variant as a check of the mixed-m
+# The one experiment with a single seed: the hijack experiment asks for one fixed-m run per variant as a check of the mixed-m
 # protocol (the comparison itself, hijack-mixed-1/-2, has three).
 SINGLE_SEED_CHECKS = {"hijack-fixed"}
 
@@ -50,7 +50,7 @@ def test_magnitude_is_issue_4s_grid_on_the_default_preset():
 
 
 def test_recall_parts_train_every_registered_variant_on_their_task():
-    """Issue 15: the recall experiment is every registered variant x each task, split into parts named
+    """The recall experiment is every registered variant x each task, split into parts named
     ``recall-<task>`` or ``recall-<task>-<n>`` that fit 90 minutes each. The parts of one task share every setting
     but the variants, each starts with the baseline, and together they train every registered variant."""
     import re
@@ -79,7 +79,7 @@ LOWRANK_ROW = {"standard", "magnitude-causal-lowrank", "magnitude-prefix-logits-
 
 
 def test_hijack_parts_train_issue_15s_nine_variants_at_m_0_and_sweep_m():
-    """Issue 15 item 5: hijack is standard, qk-norm, rbf, the magnitude forms with both gates and the two logits
+    """The hijack experiment is standard, qk-norm, rbf, the magnitude forms with both gates and the two logits
     variants, 3 seeds, swept over m in {0, 4, 16, 64}. The parts share every setting but the variants, start with
     the baseline, train at m = 0 (the protocol on docs/studies/capability.md) and leave room for m = 64."""
     from attnlab.tasks import get_task
@@ -96,8 +96,8 @@ def test_hijack_parts_train_issue_15s_nine_variants_at_m_0_and_sweep_m():
 
 
 def test_hijack_with_clusters_in_training_differs_from_hijack_1_only_in_m():
-    """The issue's mixed-m protocol (hijack-mixed-1/-2: m drawn per sequence from 0..8, the 9 variants, 3 seeds; -3:
-    issue 16's low-rank row) and its fixed-m check (hijack-fixed: m = 4, every variant, one seed) change the training clusters and nothing else,
+    """The mixed-m protocol (hijack-mixed-1/-2: m drawn per sequence from 0..8, the 9 variants, 3 seeds; -3:
+    the low-rank row) and its fixed-m check (hijack-fixed: m = 4, every variant, one seed) change the training clusters and nothing else,
     so their sweeps compare with hijack-1/-2's at the same m."""
     from attnlab.tasks import get_task
 
@@ -108,7 +108,7 @@ def test_hijack_with_clusters_in_training_differs_from_hijack_1_only_in_m():
     mixed = [load_experiment(n) for n in ("hijack-mixed-1", "hijack-mixed-2", "hijack-mixed-3")]
     fixed = load_experiment("hijack-fixed")
     assert {v for exp in mixed[:2] for v in exp.variants} == set(fixed.variants) == HIJACK_VARIANTS
-    assert set(mixed[2].variants) == LOWRANK_ROW  # issue 16: the low-rank row, beside the baseline
+    assert set(mixed[2].variants) == LOWRANK_ROW  # the low-rank row, beside the baseline
     assert [exp.seeds for exp in mixed] == [[0, 1, 2]] * 3 and fixed.seeds == [0]
     for exp, (m, m_max) in [(mixed[0], (0, 8)), (mixed[1], (0, 8)), (mixed[2], (0, 8)), (fixed, (4, None))]:
         base = exp.base_config()
@@ -146,7 +146,7 @@ def test_unknown_experiment_is_one_line():
 
 
 def test_heads_parts_are_one_grid_each_with_the_baseline():
-    """Issue 18 item 4: the head-recombination variants on the language model (heads-1/-2: the boneless budget on
+    """The head-recombination variants on the language model (heads-1/-2: the boneless budget on
     the cpu model), on mqar (recall-mqar-4) and on hijack (heads-hijack: hijack-mixed-1's exact settings)."""
     heads = {"talking-heads", "moh", "coda"}
     lm = [load_experiment(n) for n in ("heads-1", "heads-2")]

@@ -1,4 +1,4 @@
-"""`attnlab export-hf` (issue 17, item 2): a GPT-2-architecture run becomes a transformers GPT2LMHeadModel directory
+"""`attnlab export-hf`: a GPT-2-architecture run becomes a transformers GPT2LMHeadModel directory
 that gives the same logits; its tokenizer files encode and decode as the run's tokenizer; other architectures
 are refused in one line."""
 

@@ -68,7 +68,7 @@ def test_sdpa_path_equals_explicit_path_with_gradients(kernel, h_kv, causal):
 
 
 def test_two_masking_forms_agree():
-    """Seed 002: adding -inf inside the softmax equals zeroing and renormalising after it."""
+    """The masking write-up: adding -inf inside the softmax equals zeroing and renormalising after it."""
     q, k, v = qkv(t=50, d=16, dtype=torch.float32)
     add_out, add_w = attention(q, k, v, causal=True, mask_form="additive", return_weights=True)
     ren_out, ren_w = attention(q, k, v, causal=True, mask_form="renormalize", return_weights=True)
@@ -93,8 +93,8 @@ def test_renormalize_form_survives_dominating_future_logits():
 
 
 def test_rbf_equals_softmax_on_unit_vectors():
-    """Seed 003: with ||q|| = ||k|| = 1, softmax(QK'/(sqrt(d) T)) = row-normalised exp(-||q-k||^2 / (2 sigma^2)),
-    sigma^2 = T sqrt(d) -- the seed reports max|dW| ~ 1.4e-17 at n=32, d=64 in float64."""
+    """The softmax write-up: with ||q|| = ||k|| = 1, softmax(QK'/(sqrt(d) T)) = row-normalised exp(-||q-k||^2 / (2 sigma^2)),
+    sigma^2 = T sqrt(d) -- the write-up reports max|dW| ~ 1.4e-17 at n=32, d=64 in float64."""
     q, k, v = qkv(b=1, h=1, h_kv=1, t=32, d=64, dv=16)
     q, k = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
     _, w_dot = attention(q, k, v, return_weights=True)
@@ -103,7 +103,7 @@ def test_rbf_equals_softmax_on_unit_vectors():
 
 
 def test_none_normalizer_is_raw_correlation():
-    """Seed 001 'boneless' attention: x mixed by the raw correlation x x' (scale 1, no softmax)."""
+    """The Boneless write-up 'boneless' attention: x mixed by the raw correlation x x' (scale 1, no softmax)."""
     x = torch.randn(1, 1, 5, 3, dtype=torch.float64)
     out, w = attention(x, x, x, normalizer="none", scale=1.0, return_weights=True)
     torch.testing.assert_close(w[0, 0], x[0, 0] @ x[0, 0].T)
@@ -190,7 +190,7 @@ def test_causal_with_a_cache_equals_the_last_rows_of_full_causal_attention():
 
 
 def test_gqa_repeats_kv_where_cuda_float32_would_fall_back_to_the_math_kernel(monkeypatch):
-    """issue 17 item 7: enable_gqa only where a fused kernel takes it; the repeated-K/V path gives the same output."""
+    """enable_gqa only where a fused kernel takes it; the repeated-K/V path gives the same output."""
     import importlib
 
     attention_module = importlib.import_module("attnlab.functional.attention")
@@ -206,7 +206,7 @@ def test_gqa_repeats_kv_where_cuda_float32_would_fall_back_to_the_math_kernel(mo
 
 @pytest.mark.parametrize("offset", [2.0, 6.0])
 def test_rbf_in_bfloat16_keeps_the_norm_coordinate_accurate(offset):
-    """issue 17 item 7: keys away from the origin make c = -||k||^2/2 large (here |c| ~ 64 offset^2). Rounded to
+    """Keys away from the origin make c = -||k||^2/2 large (here |c| ~ 64 offset^2). Rounded to
     one bfloat16 coordinate it would cost 0.09 (offset 2) to 2.7 (offset 6) in the output, measured with the
     split removed; carried as hi + lo the error stays at bfloat16's own level for the dot kernel (~0.007): 0.02
     allows three bfloat16 steps of a unit-size output."""

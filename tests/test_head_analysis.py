@@ -1,4 +1,4 @@
-"""`attnlab heads` (issue 18, item 3): the JS divergence against scipy's, head similarity of identical heads, the
+"""`attnlab heads`: the JS divergence against scipy's, head similarity of identical heads, the
 knockout of a head that is zero by construction (and of any head, against zeroing its columns of W_o), the MoH
 router usage against moh_gates recomputed from each layer's input, and the command on a tiny trained MoH run."""
 

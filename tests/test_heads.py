@@ -1,4 +1,4 @@
-"""Head recombination (issue 18): talking heads and mixture of heads against float64 references written from the
+"""Head recombination: talking heads and mixture of heads against float64 references written from the
 papers' equations, one token and one head at a time; their causality with non-trivial mixes; their errors.
 
 Tolerances: float64 throughout, so the references and the batched code may differ by rounding only (1e-10)."""

@@ -1,4 +1,4 @@
-"""attnlab attention inside Hugging Face models (issue 17, item 1): attnlab-standard against HF's own sdpa and eager
+"""attnlab attention inside Hugging Face models: attnlab-standard against HF's own sdpa and eager
 implementations on small random Llama and GPT-2 models, with padding; generate with HF's K/V cache against
 generate without it; the refusals."""
 

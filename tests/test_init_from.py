@@ -1,4 +1,4 @@
-"""train.init_from=hf:DIR and data.tokenizer=FILE (issue 17, item 2): fine-tuning starts from a local GPT-2
+"""train.init_from=hf:DIR and data.tokenizer=FILE: fine-tuning starts from a local GPT-2
 directory's weights (checked against transformers' model on the same tokens) with its tokenizer.json; mismatches
 are one-line errors."""
 

@@ -1,4 +1,4 @@
-"""K/V-cache decoding (issue 17, item 3): for every registered variant where the cache is exact, incremental logits
+"""K/V-cache decoding: for every registered variant where the cache is exact, incremental logits
 equal the full forward's and generate gives the very tokens of the full recomputation; the magnitude variants
 fall back to recomputation and refuse a cache with one line."""
 

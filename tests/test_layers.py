@@ -1,4 +1,4 @@
-"""The package's layers point one way and no import cycle comes back (issue 14, item 3).
+"""The package's layers point one way and no import cycle comes back.
 
 The import graph is read from the source with ``ast`` (every ``import`` statement, function-level ones included,
 since a late import only hides a cycle), independently of what Python happens to have loaded. An import of

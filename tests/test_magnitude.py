@@ -1,4 +1,4 @@
-"""attnlab's magnitude library (seed 000) against closed forms and independent solves, in float64.
+"""attnlab's magnitude library (the magnitude write-up) against closed forms and independent solves, in float64.
 
 Oracles: the closed forms of docs/magnitude.md (two points, equidistant sets, clones, far-apart sets, products, the
 variational lower bound, the one-point extension), Leinster's formula for subsets of the line (Laplacian kernel),
@@ -317,7 +317,7 @@ def test_duplicates_and_near_duplicates_stay_finite(fn, form, dtype):
             _max_grad(_near_clones(spacing, dtype), eps, form, fn)
 
 
-# ---------------------------------------------------------------------------------------- seed 000's numbers
+# ---------------------------------------------------------------------------------------- the magnitude write-up's numbers
 
 
 def test_demo_reproduces_the_seed():
@@ -326,8 +326,8 @@ def test_demo_reproduces_the_seed():
     eps = 1e-3
     out = run_demo(eps)
     h = out["hijacking"]
-    assert h["softmax"]["unique"] == pytest.approx(20 / 70, abs=1e-12)  # seed: 0.2857 (attention's own weights)
-    assert h["softmax"]["cluster"] == pytest.approx(50 / 70, abs=1e-12)  # seed: 0.7143
+    assert h["softmax"]["unique"] == pytest.approx(20 / 70, abs=1e-12)  # write-up: 0.2857 (attention's own weights)
+    assert h["softmax"]["cluster"] == pytest.approx(50 / 70, abs=1e-12)  # write-up: 0.7143
     assert h["weights"]["global"]["cluster_sum"] == pytest.approx(50 / (50 + eps), rel=1e-9)  # the cluster is 1 unit
     assert h["value_mass"]["global/linear"]["cluster"] == pytest.approx(50 / 70 / (50 + eps), rel=1e-9)
     assert h["value_mass"]["prefix/linear"]["cluster"] == pytest.approx(50 / 70 / (50 + eps), rel=1e-9)

@@ -1,4 +1,4 @@
-"""Magnitude attention (seed 000) in the model: config, the gate module, the attention layer, causality, gradients.
+"""Magnitude attention (the magnitude write-up) in the model: config, the gate module, the attention layer, causality, gradients.
 
 The layer is checked against an independent float64 computation: Z from explicit differences in numpy, the weights
 from numpy solves of (Z + eps I) mu = 1 (over all keys, over key j's own prefix, over query i's prefix), the
@@ -85,7 +85,7 @@ def test_variants_are_registered_with_notes():
     assert get_variant("magnitude-prefix").magnitude == "prefix"
     for name in ("magnitude-causal", "magnitude-prefix"):
         info = variant_info(name)
-        assert "seed 000" in info.source and info.notes and info.config.causal
+        assert "Magnitude Attention write-up" in info.source and info.notes and info.config.causal
 
 
 # ------------------------------------------------------------------------------------------ value_gate in attention

@@ -1,10 +1,10 @@
-"""Magnitude as a logit prior (magnitude_apply="logits"; issue 15, item 3): the control for seed 000's argument.
+"""Magnitude as a logit prior (magnitude_apply="logits"): the control for the magnitude write-up's argument.
 
     p_ij proportional to max(w, floor)_ij exp(z_ij),  i.e.  softmax(z_ij + log max(w_ij, floor))     floor = PRIOR_FLOOR
 
 w is mu_j (global), w_j (key j inside its own prefix, "causal") or M_ij (key j inside query i's prefix, "prefix").
 The layer is checked against float64 numpy written from that formula, with the weights from numpy solves of
-(Z + eps I) mu = 1 (not attnlab's solver), and on seed 000's hijacking example, whose numbers are closed forms.
+(Z + eps I) mu = 1 (not attnlab's solver), and on the magnitude write-up's hijacking example, whose numbers are closed forms.
 """
 
 import math
@@ -75,7 +75,7 @@ def test_variants_are_registered():
     for name, form in (("magnitude-causal-logits", "causal"), ("magnitude-prefix-logits", "prefix")):
         cfg, info = get_variant(name), variant_info(name)
         assert (cfg.magnitude, cfg.magnitude_apply, cfg.causal) == (form, "logits", True)
-        assert "seed 000" in info.source and info.notes
+        assert "Magnitude Attention write-up" in info.source and info.notes
 
 
 def test_the_floor_is_documented_where_it_is_used():
@@ -153,7 +153,7 @@ def test_sdpa_and_explicit_paths_agree_in_float32(variant, kernel):
     torch.manual_seed(3)
     base = get_variant(variant).replace(n_head=4, n_kv_head=2, kernel=kernel)
     sdpa, explicit = Attention(base.replace(backend="sdpa"), 32), Attention(base.replace(backend="explicit"), 32)
-    renorm = Attention(base.replace(mask_form="renormalize"), 32)  # seed 002's form 2: the same weights
+    renorm = Attention(base.replace(mask_form="renormalize"), 32)  # the masking write-up's form 2: the same weights
     explicit.load_state_dict(sdpa.state_dict())
     renorm.load_state_dict(sdpa.state_dict())
     x = torch.randn(2, 40, 32)
@@ -161,7 +161,7 @@ def test_sdpa_and_explicit_paths_agree_in_float32(variant, kernel):
     torch.testing.assert_close(renorm(x), explicit(x), rtol=1e-5, atol=1e-6)
 
 
-# ------------------------------------------------------------------------ seed 000's hijacking example
+# ------------------------------------------------------------------------ the magnitude write-up's hijacking example
 
 
 def harmonic(m, eps=0.0):
@@ -171,7 +171,7 @@ def harmonic(m, eps=0.0):
 @pytest.mark.parametrize("eps", [1e-3, 1e-2])
 @pytest.mark.parametrize("form", ["prefix", "causal", "values"])
 def test_seed_example_through_the_layer(form, eps):
-    """One key with e^z = 20 against 50 exact clones with e^z = 1 (seed 000): softmax gives it 20/70. The layer
+    """One key with e^z = 20 against 50 exact clones with e^z = 1 (the magnitude write-up): softmax gives it 20/70. The layer
     reads x itself (identity Q, K, V, no W_o, one head of width 4): 50 zero rows (the clones, z = 0), then
     u = (a, 0, 0, 0) with a^2 / sqrt(4) = ln 20, so the last query (u itself) has e^z = 20 on u and 1 on each clone.
     t = 100 puts u far from the clones (Z = e^-150), so the weights are the closed forms: u gets 1/(1 + eps), and

@@ -1,4 +1,4 @@
-"""The low-rank causal magnitude solver (attnlab.mechanisms.magnitude.lowrank, issue 16) against independent
+"""The low-rank causal magnitude solver (attnlab.mechanisms.magnitude.lowrank) against independent
 references: a dense float64 solve of every prefix system of the same approximated matrix, the exact Cholesky prefix
 forms of attnlab.mechanisms.magnitude.reference, and the exact similarity when the landmarks are the points themselves."""
 
@@ -56,7 +56,7 @@ def test_agrees_with_the_exact_cholesky_prefix_forms_on_the_approximated_similar
 def test_nystrom_features_bound_the_kernel_and_are_exact_with_the_points_as_landmarks():
     """Phi Phi' <= Z in the PSD order (so d = 1 - ||phi||^2 is in [0, 1] and Phi Phi' + D has the exact unit diagonal);
     with the points themselves as landmarks, Phi Phi' = Z up to the landmark jitter, and the weights are the exact
-    prefix weights of seed 000's similarity (prefix_weights) to 1e-6 (jitter 1e-6 against cond(Z) ~ 1e2 here)."""
+    prefix weights of the magnitude write-up's similarity (prefix_weights) to 1e-6 (jitter 1e-6 against cond(Z) ~ 1e2 here)."""
     x, landmarks, phi, _ = _problem(n=30, r=10)
     t = 0.7
     z = similarity(x, t)

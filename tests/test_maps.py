@@ -1,4 +1,4 @@
-"""`attnlab maps` (issue 17, item 4): the weights it draws are the softmax of the layer's own q.k, recomputed here in
+"""`attnlab maps`: the weights it draws are the softmax of the layer's own q.k, recomputed here in
 float64 from the layer's projections; the magnitude weights of the causal form are those of a dense float64 solve
 of each key's prefix system; the command writes one picture per layer (and per magnitude layer)."""
 
@@ -18,7 +18,7 @@ from helpers import one_line_error, tiny
 
 
 def _gaussian_prefix_weight(k: np.ndarray, t: float, eps: float) -> np.ndarray:
-    """w_j = mu_j of (Z + eps I) mu = 1 over keys 1..j, Z_jl = exp(-t |k_j - k_l|^2 / d) (seed 000), key by key."""
+    """w_j = mu_j of (Z + eps I) mu = 1 over keys 1..j, Z_jl = exp(-t |k_j - k_l|^2 / d) (the magnitude write-up), key by key."""
     d = k.shape[-1]
     w = np.zeros(len(k))
     for j in range(len(k)):

@@ -1,4 +1,4 @@
-"""The comparison plots (issue 17, item 4): the y-axis zoom leaves the steep start out; the loss-minus-baseline
+"""The comparison plots: the y-axis zoom leaves the steep start out; the loss-minus-baseline
 curve and its band against a hand computation."""
 
 import math

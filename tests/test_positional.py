@@ -1,4 +1,4 @@
-"""Positional encodings against their defining formulas, and seed 002's permutation invariance."""
+"""Positional encodings against their defining formulas, and the masking write-up's permutation invariance."""
 
 import math
 
@@ -50,7 +50,7 @@ def _logits_at(model, tokens, i):
 
 @pytest.mark.parametrize("pos", ["none", "learned", "sinusoidal", "rope"])
 def test_permutation_invariance_only_without_positions(pos):
-    """Seed 002 appendix: without positions, one causal attention layer's output i is unchanged by permuting
+    """The masking write-up appendix: without positions, one causal attention layer's output i is unchanged by permuting
     tokens 1..i-1. With positional encodings it changes."""
     torch.manual_seed(1)
     cfg = GPTConfig(vocab_size=50, block_size=16, n_layer=1, n_head=2, n_embd=32, pos_encoding=pos)

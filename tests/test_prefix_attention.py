@@ -1,4 +1,4 @@
-"""The block-wise low-rank prefix gated attention (attnlab.mechanisms.magnitude.prefix_blocks, issue 16) against the formula
+"""The block-wise low-rank prefix gated attention (attnlab.mechanisms.magnitude.prefix_blocks) against the formula
 written out densely in float64, and the Attention layer that uses it against the explicit path."""
 
 import pytest
@@ -11,7 +11,7 @@ from helpers import LEAK_TOL, VOCAB, T, max_leak
 
 
 def _dense(q, k, v, phi, lam, c, beta, gamma, gate, scale, floor=None):
-    """o_i = sum_{j <= i} softmax_j(s q_i'k_j) g((1 - phi_j'c_i) / lam_j) v_j, every matrix [T, T] (seed 000's prefix
+    """o_i = sum_{j <= i} softmax_j(s q_i'k_j) g((1 - phi_j'c_i) / lam_j) v_j, every matrix [T, T] (the magnitude write-up's prefix
     gate with the low-rank weights; gate() of attnlab.mechanisms.magnitude.reference written out again); with floor, o_i =
     sum_{j <= i} softmax_j(s q_i'k_j + log max(M_ij, floor)) v_j instead (the weights as a logit prior)."""
     n = q.shape[-2]

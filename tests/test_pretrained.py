@@ -1,4 +1,4 @@
-"""GPT.save_pretrained / from_pretrained (issue 17, item 2): every registered variant round-trips exactly, with
+"""GPT.save_pretrained / from_pretrained: every registered variant round-trips exactly, with
 every parameter moved off its initial value first (so a parameter that failed to save or load would show)."""
 
 import json

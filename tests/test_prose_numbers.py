@@ -211,7 +211,7 @@ def _span(values, fmt: str) -> str:
 @functools.cache
 def _colours_cosine() -> dict:
     """consensus.md has no results/ folder: its colour numbers are recomputed by running the seeded measurement,
-    `attnlab cluster-colors --kernel dot --qk-norm --scale 1000` on the default image (about 5 s)."""
+    `attnlab cluster-colors --kernel dot --qk-norm --scale 1000` on the default image."""
     from attnlab.analysis.colors import cluster_colors
 
     return cluster_colors(kernel="dot", qk_norm=True, scale=1000.0)

@@ -1,4 +1,4 @@
-"""Q/K/V modes (seed 001's six steps), QK-norm, low-rank projections and MLA, against computations by hand."""
+"""Q/K/V modes (the Boneless write-up's six steps), QK-norm, low-rank projections and MLA, against computations by hand."""
 
 import math
 
@@ -51,7 +51,7 @@ def n_params(module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-# --- seed 001, steps 1-3: boneless attention ---------------------------------------------------------------------
+# --- the Boneless write-up, steps 1-3: boneless attention ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("n_head", [1, H])
 def test_boneless_corr_is_x_xt_x_with_the_future_zeroed(n_head):
@@ -63,7 +63,7 @@ def test_boneless_corr_is_x_xt_x_with_the_future_zeroed(n_head):
         for xh in np.split(xn, n_head, axis=-1)
     ], axis=-1)
     np.testing.assert_allclose(attn(x).detach().numpy(), want, rtol=1e-12, atol=1e-10)
-    if n_head == 1:  # the seed's formula literally, on the whole vector
+    if n_head == 1:  # the write-up's formula literally, on the whole vector
         np.testing.assert_allclose(want, np.tril(xn @ xn.transpose(0, 2, 1)) @ xn, rtol=1e-12)
 
 
@@ -94,7 +94,7 @@ def test_boneless_value_mixes_value_projected_tokens_by_correlation_of_x():
     np.testing.assert_allclose(attn(x).detach().numpy(), lin(attn.out_proj, merge(o)), rtol=1e-10, atol=1e-12)
 
 
-# --- seed 001, steps 5-6: identity-initialised and residual projections ------------------------------------------
+# --- the Boneless write-up, steps 5-6: identity-initialised and residual projections ------------------------------------------
 
 def test_identity_init_starts_as_identity_then_trains_away():
     torch.manual_seed(1)

@@ -1,4 +1,4 @@
-"""Seed 001's pseudo-rank: the two measures on spectra with known answers, the spectra against SVDs of the
+"""The Boneless write-up's pseudo-rank: the two measures on spectra with known answers, the spectra against SVDs of the
 weights extracted by hand (attnlab and Hugging Face GPT-2 layouts), and the rank / rank-sweep commands."""
 
 import json

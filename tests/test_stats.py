@@ -216,7 +216,7 @@ def test_holm_hand_worked():
 
 @pytest.mark.parametrize("seed", range(8))
 def test_holm_matches_statsmodels(seed, monkeypatch):
-    monkeypatch.setattr(gc, "collect", lambda *args: 0)  # multipletests(method="holm") collects: 0.3 s a call here
+    monkeypatch.setattr(gc, "collect", lambda *args: 0)  # multipletests(method="holm") collects: slow, and not needed here
     rng = random.Random(seed)
     m = rng.randint(1, 25)
     pool = [rng.random() ** 3 for _ in range(5)]  # a few repeated values: ties

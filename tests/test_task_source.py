@@ -1,4 +1,4 @@
-"""Tasks through the ordinary harness (issue 15, item 4): data.source = "task:<name>" and data.task.<param> as config
+"""Tasks through the ordinary harness: data.source = "task:<name>" and data.task.<param> as config
 keys, TaskDataset's batches, val_accuracy in metrics.jsonl, exact resume, one-line errors, the leak test on a model
 trained on a task, and the attention-mass measurement against a hand count."""
 

@@ -1,4 +1,4 @@
-"""The task generators (issue 15, items 1-2): determinism, shapes, the answers checked by parsers written from the
+"""The task generators: determinism, shapes, the answers checked by parsers written from the
 documented formats (not from the generators), hijack's conditions (a)-(c), the chance levels against a simulated
 context-free predictor, the one-line errors and the docstring examples.
 
@@ -598,8 +598,8 @@ def test_docstring_states_format_source_chance_and_example(name):
     doc = inspect.getdoc(cls)
     assert "Format." in doc and "Chance" in doc and f">>> print({cls.__name__}.tiny().example())" in doc
     source = {"mqar": "arXiv:2312.04927", "selective-copy": "arXiv:2403.17844", "noisy-recall": "arXiv:2403.17844",
-              "induction": "arXiv:2209.11895", "hijack": "seed 000 (docs/sources.md#seed-000)",
-              "hijack-v2": "seed 000 (docs/sources.md#seed-000)"}[name]
+              "induction": "arXiv:2209.11895", "hijack": "the magnitude write-up (docs/sources.md#magnitude-attention)",
+              "hijack-v2": "the magnitude write-up (docs/sources.md#magnitude-attention)"}[name]
     assert source in doc
     example = cls.tiny().example()
     assert example in doc.replace("\n    ", "\n")  # the printed block, de-indented inside the docstring

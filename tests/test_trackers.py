@@ -1,4 +1,4 @@
-"""Weights & Biases tracking (issue 17, item 5): every metrics.jsonl scalar reaches wandb.log at its step, the run id
+"""Weights & Biases tracking: every metrics.jsonl scalar reaches wandb.log at its step, the run id
 is kept in the run directory and a resumed run continues it; a real offline run writes under RUN_DIR/wandb."""
 
 import sys
@@ -42,7 +42,7 @@ def test_rows_ids_and_resume(tmp_path, cache_dir, fake_wandb):
     assert init["config"]["train"]["wandb_project"] == "attnlab-test" and init["dir"] == str(run)
     train(cfg, resume=run, quiet=True)
     inits = [c for c in fake_wandb if c[0] == "init"]
-    assert len(inits) == 2 and inits[1][1]["id"] == run_id  # the resumed session continues the same W&B run
+    assert len(inits) == 2 and inits[1][1]["id"] == run_id  # the resumed launch continues the same W&B run
     assert [c[0] for c in fake_wandb].count("finish") == 2
     logged = {c[1]: c[2] for c in fake_wandb if c[0] == "log"}
     for row in read_metrics(run / "metrics.jsonl"):

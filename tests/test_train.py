@@ -133,7 +133,7 @@ def test_flops_per_token_and_cached_peak(tmp_path, monkeypatch):
     assert peak > 0 and (tmp_path / "matmul_peak.json").is_file()
     monkeypatch.setattr(flops_mod, "measure_matmul_gflops", lambda *a, **k: pytest.fail("not cached"))
     assert matmul_peak_gflops("cpu", tmp_path) == peak
-    seen = []  # a bfloat16 run is measured against the bfloat16 peak, cached under its own key (issue 17 item 7)
+    seen = []  # a bfloat16 run is measured against the bfloat16 peak, cached under its own key
     monkeypatch.setattr(flops_mod, "measure_matmul_gflops", lambda device, dtype: seen.append(dtype) or 7.0)
     assert matmul_peak_gflops("cpu", tmp_path, torch.bfloat16) == 7.0 and seen == [torch.bfloat16]
     assert matmul_peak_gflops("cpu", tmp_path, torch.bfloat16) == 7.0 and seen == [torch.bfloat16]

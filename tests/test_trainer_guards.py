@@ -1,4 +1,4 @@
-"""Guards of the trainer (issue 17, items 6 and 7). The divergence guard: a validation loss that stays above divergence_factor x the run's first
+"""Guards of the trainer. The divergence guard: a validation loss that stays above divergence_factor x the run's first
 one for divergence_patience evaluations stops the run in one line, with status "diverged", and no checkpoint of
 the bad state replaces the last good one."""
 
@@ -47,7 +47,7 @@ def test_bad_settings_are_one_line():
 
 
 def test_tf32_on_for_cuda_float32_and_off_inside_the_magnitude_gate():
-    """issue 17 item 7, checked on CPU through the flags themselves (torch keeps them on CPU builds too). The flags
+    """TF32 on for CUDA float32 and off inside the magnitude gate, checked on CPU through the flags themselves (torch keeps them on CPU builds too). The flags
     are module properties, not attributes, so they are saved and restored by hand (monkeypatch cannot undo them)."""
     import torch
 
@@ -100,7 +100,7 @@ def test_full_precision_backward_gives_autograd_s_values_and_gradients(form):
 
 
 def test_mfu_counts_the_magnitude_gates():
-    """issue 17 item 7: the gates' FLOPs (absent from 6 N) are counted; at least the Gram matrix of every gate,
+    """The gates' FLOPs (absent from 6 N) are counted; at least the Gram matrix of every gate,
     2 T^2 d per K/V head forward (a closed-form floor), and nothing for a model without gates."""
     import torch
 
@@ -118,7 +118,7 @@ def test_mfu_counts_the_magnitude_gates():
 
 
 def test_the_fused_optimizer_skips_a_flagged_step_on_the_device():
-    """issue 17 item 6: the trainer reads the loss on the host only at logged steps; a non-finite step in between is
+    """The trainer reads the loss on the host only at logged steps; a non-finite step in between is
     skipped by make_optimizer's fused AdamW through found_inf: weights, moments and step count stay as they were."""
     import torch
 

@@ -1,4 +1,4 @@
-"""Analyses of attention without training a new mechanism (seed 001). They take models, tensors and token
+"""Analyses of attention without training a new mechanism (the Boneless write-up). They take models, tensors and token
 arrays; loading a run and training belong to the layers above (:mod:`attnlab.train`, :mod:`attnlab.experiments`,
 where the weight-decay sweep lives: :mod:`attnlab.experiments.sweep`).
 

@@ -1,4 +1,4 @@
-"""Clustering the colours of an image with parameterless attention (seed 001), against k-means.
+"""Clustering the colours of an image with parameterless attention (the Boneless write-up), against k-means.
 
 Pixels are points in RGB space [0, 1]^3. A random subsample of them is iterated with consensus attention
 (:func:`attnlab.analysis.consensus.consensus`) until it has merged into clusters; by default with the RBF kernel,

@@ -1,4 +1,4 @@
-"""Parameterless ("boneless") attention as a consensus algorithm (seed 001).
+"""Parameterless ("boneless") attention as a consensus algorithm (the Boneless write-up).
 
 One step moves every point towards an attention-weighted mix of all points, with q = k = v = x (no weights)::
 
@@ -143,7 +143,7 @@ def blobs(n: int, k: int, dim: int = 2, radius: float = 3.0, std: float = 0.3, s
 
 
 def raw_correlation_growth(x, steps: int = 10, step_size: float = 1.0, max_norm: float = 1e30) -> dict:
-    """Iterate x <- (1 - s) x + s x x' x (softmax-free, unscaled correlation, seed 001 part 1) and record norms.
+    """Iterate x <- (1 - s) x + s x x' x (softmax-free, unscaled correlation, the Boneless write-up part 1) and record norms.
 
     With x_0 = U S V' (SVD) every iterate is U f^t(S) V', f(sigma) = (1 - s) sigma + s sigma^3 (f is increasing,
     so the order of the singular values is kept). Hence, exactly:

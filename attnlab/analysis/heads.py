@@ -1,4 +1,4 @@
-"""How the heads of each layer differ and how much each one matters (issue 18, item 3), as computations on a model.
+"""How the heads of each layer differ and how much each one matters, as computations on a model.
 
 * Head similarity: the Jensen-Shannon divergence between two heads' attention distributions, row by row,
 

@@ -1,5 +1,5 @@
 """What a trained model attends to: every layer's attention weights per head and, for magnitude variants, the
-magnitude weights and gates of the keys (seed 000), for one token sequence."""
+magnitude weights and gates of the keys (the magnitude write-up), for one token sequence."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A transformer whose attention contributes nothing still has the current token in its residual stream, so its
 MLPs can learn p(next | current): the bigram loss is about where such a model ends. It is the yardstick for
-seed 001's parameterless steps (README, "Training the six steps").
+the Boneless write-up's parameterless steps (README, "Training the six steps").
 
 With counts N over the train split and additive (Lidstone) smoothing alpha over a vocabulary of V tokens
 (Jurafsky & Martin, *Speech and Language Processing*, ch. 3):

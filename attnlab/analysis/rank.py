@@ -1,4 +1,4 @@
-"""Singular spectra and pseudo-rank of attention weights (seed 001, "A discussion on low rank attention weights").
+"""Singular spectra and pseudo-rank of attention weights (the Boneless write-up, "A discussion on low rank attention weights").
 
 Matrices, in the x W convention (x a row vector; W = nn.Linear.weight', same singular values), per layer:
 
@@ -34,7 +34,7 @@ from torch import nn
 from ..atomic import atomic_path, write_text
 from ..errors import ConfigError
 
-try:  # Q/K/V projection modules (seed 001 steps 5-6, MLA); older trees have plain nn.Linear only
+try:  # Q/K/V projection modules (the Boneless write-up steps 5-6, MLA); older trees have plain nn.Linear only
     from ..mechanisms.projections.module import Residual as _Residual
 except ImportError:  # pragma: no cover
     _Residual = None
@@ -225,7 +225,7 @@ def plot_spectra(spectra: list[dict], path, title: str | None = None, mass: floa
             ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
-    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.08, top=0.9, wspace=0.3, hspace=0.25)  # tight_layout: 1 s
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.08, top=0.9, wspace=0.3, hspace=0.25)  # tight_layout is slow here
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
     return Path(path)

@@ -1,5 +1,5 @@
 """Where a trained model's attention goes on a task: the mass at the query position that falls on the unique key
-and on the redundant cluster (seed 000's "hijacking", measured in the mechanism itself, not only in accuracy).
+and on the redundant cluster (the magnitude write-up's "hijacking", measured in the mechanism itself, not only in accuracy).
 
 For sequences of a task whose ``roles(x)`` marks positions (1: the unique key, 2: a redundant cluster key, 3: a query
 position; attnlab.tasks.Hijack does), and for every layer l and head h of the model:

@@ -15,8 +15,8 @@ settings and baseline extend it (``compare.toml`` lists the union), so a grid ca
 
 ``jobs > 1`` trains that many runs at once, each in its own ``attnlab train`` process with
 ``threads`` CPU threads (default: this process's torch threads divided by ``jobs``); their output goes to
-``out_dir/logs/<variant>-seed<k>.log``. On the 2-core CPU machine two 1-thread runs train ~1.2-1.3x more
-tokens per second in total than one 2-thread run (small matrices use two threads poorly). A run's losses
+``out_dir/logs/<variant>-seed<k>.log``. On a small CPU, two 1-thread runs train more tokens per second
+in total than one 2-thread run (small matrices use two threads poorly). A run's losses
 depend on its thread count through the order of floating-point sums, so they match a ``jobs=1`` run to
 rounding, not bit for bit. Ctrl-C (SIGINT to this process) is passed on to every child: each saves a
 checkpoint and exits, and rerunning resumes.
@@ -359,7 +359,7 @@ def _run_in_subprocesses(todo: list, out_dir: Path, jobs: int, threads: int, qui
 
     A child that exits non-zero without a "diverged" or "interrupted" summary is a crash: the others are
     let finish and a RuntimeError names the run and its log. On SIGINT or SIGTERM this process sends one SIGINT
-    to each child (they run in their own sessions) and waits for them to save their checkpoints.
+    to each child (they run in their own process groups) and waits for them to save their checkpoints.
     """
     with _sigterm_as_keyboard_interrupt():
         _supervise(todo, out_dir, jobs, threads, quiet)
@@ -415,7 +415,7 @@ def _supervise(todo: list, out_dir: Path, jobs: int, threads: int, quiet: bool) 
                     gpu = pick_gpu(gpus, [r[5] for r in running])
                     child_env = env if gpu is None else {**env, "CUDA_VISIBLE_DEVICES": gpu}
                     with open(log, "a", encoding="utf-8") as fh:
-                        # own session: a terminal's Ctrl-C reaches only this process, which forwards exactly
+                        # own process group: a terminal's Ctrl-C reaches only this process, which forwards exactly
                         # one SIGINT (a second one would stop a child's checkpoint save)
                         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=child_env,
                                                 start_new_session=True)

@@ -1,4 +1,4 @@
-"""`attnlab heads RUN_DIR` (issue 18, item 3): per layer, how alike its heads attend (the Jensen-Shannon divergence
+"""`attnlab heads RUN_DIR`: per layer, how alike its heads attend (the Jensen-Shannon divergence
 between their attention distributions), how much each head matters (the validation loss increase when it is masked
 out, Michel et al. 2019, arXiv:1905.10650) and, for MoH runs, the router's usage of each head. The equations are in
 attnlab.analysis.heads.

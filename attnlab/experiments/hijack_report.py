@@ -13,7 +13,7 @@ reads the last evaluation of every finished run and gives, per variant and cell,
     cluster mass  mean ± std of its mass on the m cluster bindings
 
 as Markdown tables and two plots (accuracy against m, masses against m; a line per variant, a ±1 std band).
-Seed 000's hypothesis predicts that as m grows the softmax forms lose accuracy and mass to the cluster while the
+The magnitude write-up's hypothesis predicts that as m grows the softmax forms lose accuracy and mass to the cluster while the
 magnitude forms keep both (docs/studies/capability.md).
 """
 

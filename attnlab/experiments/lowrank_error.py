@@ -1,4 +1,4 @@
-"""How far the low-rank magnitude solver is from the exact one (issue 16, item 2).
+"""How far the low-rank magnitude solver is from the exact one.
 
 For key sets of T keys in R^d (families below), r landmarks, and each causal quantity, the distribution over
 positions (median, 95th percentile, max) of the absolute error against the exact Cholesky forms of

@@ -1,9 +1,9 @@
-"""Seed 000's numbers, recomputed by attnlab: hijacking, the collapse of a cluster, the effective number of points.
+"""The magnitude write-up's numbers, recomputed by attnlab: hijacking, the collapse of a cluster, the effective number of points.
 
 :func:`run_demo` returns them as a dict (and :func:`main` prints them); :func:`measure_gates` is the measurement
 behind the default gate (``magnitude_gate="clamp"``, ``magnitude_eps=1e-3``). Every number is computed by the
 library (attention weights by :func:`attnlab.functional.attention`, weights by the magnitude solvers); the closed
-forms beside them are the seed's arithmetic and the closed forms of docs/magnitude.md ("Closed forms").
+forms beside them are the write-up's arithmetic and the closed forms of docs/magnitude.md ("Closed forms").
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from ..functional import attention
 from ..mechanisms.magnitude import reference as M
 
-CLUSTER, UNIQUE_SCORE = 50, 20.0  # seed 000: 50 keys with exp score 1 against one key with exp score 20
+CLUSTER, UNIQUE_SCORE = 50, 20.0  # the magnitude write-up: 50 keys with exp score 1 against one key with exp score 20
 
 
 def _hijack_keys(eps: float, m: int = CLUSTER, unique_score: float = UNIQUE_SCORE):
@@ -40,7 +40,7 @@ def hijacking(eps: float = 1e-3, t: float = 1.0) -> dict:
     _, p = attention(q, k, v, scale=1.0, return_weights=True)  # p_j = exp(q.k_j) / sum exp(q.k_l)
     p = p[0, 0, 0]
     out = {"softmax": {"unique": float(p[-1]), "cluster": float(p[:-1].sum())},
-           "seed_arithmetic": {"unique": UNIQUE_SCORE / (UNIQUE_SCORE + CLUSTER),
+           "writeup_arithmetic": {"unique": UNIQUE_SCORE / (UNIQUE_SCORE + CLUSTER),
                                "cluster": CLUSTER / (UNIQUE_SCORE + CLUSTER)}}
     z = M.similarity(k[0, 0], t)
     weights = {"global": M.solve_weights(z, eps)[0]}
@@ -61,7 +61,7 @@ HIJACK_MS = (0, 4, 16, 64)  # the cluster sizes of the hijack task's sweep (attn
 
 
 def hijack_share_against_m(ms=HIJACK_MS, unique_score: float = UNIQUE_SCORE, eps: float = 1e-3) -> dict:
-    """Seed 000's hijacking as the cluster grows, for the mechanism alone (no training): m clones with exp score 1
+    """The magnitude write-up's hijacking as the cluster grows, for the mechanism alone (no training): m clones with exp score 1
     (at 10 e2, q.k = 0), then the unique key with exp score ``unique_score`` (ln(score) e1), read by the query e1.
 
     Returns {m: {form: share}}, the unique key's share of what the query reads:
@@ -126,7 +126,7 @@ def effective_number(n: int = 3, ts=(0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 20.0)) -> di
 
 
 def run_demo(eps: float = 1e-3) -> dict:
-    """All of seed 000's numbers as a dict: hijacking, cluster_collapse, effective_number, hijack_against_m."""
+    """All of the magnitude write-up's numbers as a dict: hijacking, cluster_collapse, effective_number, hijack_against_m."""
     return {"hijacking": hijacking(eps), "cluster_collapse": cluster_collapse(eps=eps),
             "effective_number": effective_number(), "hijack_against_m": hijack_share_against_m(eps=eps)}
 
@@ -190,9 +190,9 @@ def print_gate_measurement(rows: list[dict]) -> None:
 
 def _print(result: dict) -> None:
     h = result["hijacking"]
-    print("Hijacking (seed 000): one key with exp score 20 against 50 keys with exp score 1")
+    print("Hijacking (the magnitude write-up): one key with exp score 20 against 50 keys with exp score 1")
     print(f"  softmax weight  unique {h['softmax']['unique']:.4f}  cluster {h['softmax']['cluster']:.4f}"
-          f"   (seed: 20/70 = {h['seed_arithmetic']['unique']:.4f}, 50/70 = {h['seed_arithmetic']['cluster']:.4f})")
+          f"   (write-up: 20/70 = {h['writeup_arithmetic']['unique']:.4f}, 50/70 = {h['writeup_arithmetic']['cluster']:.4f})")
     for form, w in h["weights"].items():
         print(f"  magnitude weights ({form:6s}): unique {w['unique']:.4f}, cluster sum {w['cluster_sum']:.4f}")
     print("  value mass sum_j p_j g_j (beta=1, gamma=0):")

@@ -1,9 +1,9 @@
-"""Causal masking in the two forms of seed 002.
+"""Causal masking in the two forms of the masking write-up.
 
 Form 1 (additive, the usual implementation): softmax_rowwise(z + (-inf) U), U_ij = 1(i < j).
 Form 2 (Mask(B), zero then renormalise after the softmax):
     Mask(B)_ij = B_ij / sum_{k <= i} B_ik   for j <= i,   0 for j > i.
-Both give the same weights; seed 002 derives permutation invariance with form 2.
+Both give the same weights; the masking write-up derives permutation invariance with form 2.
 
 With more keys than queries (decoding with a K/V cache: S cached keys, the T queries are the last T positions),
 query i sits at position S - T + i and sees keys j <= S - T + i.
@@ -25,12 +25,12 @@ def causal_keep(t: int, s: int | None = None, device=None) -> torch.Tensor:
 
 
 def additive_causal_mask(t: int, dtype=torch.float32, device=None) -> torch.Tensor:
-    """(-inf) U with the convention exp(-inf) = 0: 0 on and below the diagonal, -inf above (seed 002)."""
+    """(-inf) U with the convention exp(-inf) = 0: 0 on and below the diagonal, -inf above (the masking write-up)."""
     return torch.zeros(t, t, dtype=dtype, device=device).masked_fill(~causal_keep(t, device=device), float("-inf"))
 
 
 def mask_renormalize(b: torch.Tensor) -> torch.Tensor:
-    """Mask(B) of seed 002, literally: zero entries j > i, divide each row by its remaining sum."""
+    """Mask(B) of the masking write-up, literally: zero entries j > i, divide each row by its remaining sum."""
     keep = causal_keep(b.shape[-2], b.shape[-1], device=b.device)
     kept = b.masked_fill(~keep, 0.0)
     return kept / kept.sum(-1, keepdim=True)

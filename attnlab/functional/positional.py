@@ -1,8 +1,8 @@
 """Positional encodings as pure functions.
 
-Sinusoidal (Vaswani et al. 2017; seed 002): p_{i,2k} = sin(i / phi_k), p_{i,2k+1} = cos(i / phi_k),
+Sinusoidal (Vaswani et al. 2017; the masking write-up): p_{i,2k} = sin(i / phi_k), p_{i,2k+1} = cos(i / phi_k),
 phi_k = 10000^(2k / d_model), for k = 0 .. d_model/2 - 1 and positions i = 0, 1, ...
-(seed 002 writes k = 1 .. d_model/2, which would index dimension d_model; we follow the paper's k from 0).
+(the masking write-up writes k = 1 .. d_model/2, which would index dimension d_model; we follow the paper's k from 0).
 
 RoPE (Su et al. 2021, RoFormer eq. 34): rotate each pair (x_{2k}, x_{2k+1}) of a query/key at position m by the
 angle m * theta_k, theta_k = base^(-2k / d). Then <R_m q, R_n k> depends on m - n only.
@@ -14,7 +14,7 @@ import torch
 
 
 def sinusoidal_table(n_positions: int, d_model: int, base: float = 10000.0, dtype=torch.float32) -> torch.Tensor:
-    """[n_positions, d_model] table of seed 002's sinusoidal encodings (computed in float64, then cast)."""
+    """[n_positions, d_model] table of the masking write-up's sinusoidal encodings (computed in float64, then cast)."""
     if d_model % 2:
         raise ValueError(f"sinusoidal encodings need an even d_model, got {d_model}")
     i = torch.arange(n_positions, dtype=torch.float64)[:, None]  # position i

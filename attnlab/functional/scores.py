@@ -14,12 +14,12 @@ import torch.nn.functional as F
 
 
 def default_scale(head_dim: int) -> float:
-    """1/sqrt(d): keeps Var(q.k) = 1 when q and k have i.i.d. unit-variance entries (Vaswani et al. 2017 s.3.2; seed 003)."""
+    """1/sqrt(d): keeps Var(q.k) = 1 when q and k have i.i.d. unit-variance entries (Vaswani et al. 2017 s.3.2; the softmax write-up)."""
     return 1.0 / math.sqrt(head_dim)
 
 
 def dot_logits(q: torch.Tensor, k: torch.Tensor, scale: float, temperature: float = 1.0) -> torch.Tensor:
-    """z_ij = <q_i, k_j> * scale / T;  with scale = 1/sqrt(d) this is seed 003's z_j = <q, k_j> / sqrt(d), over T."""
+    """z_ij = <q_i, k_j> * scale / T;  with scale = 1/sqrt(d) this is the softmax write-up's z_j = <q, k_j> / sqrt(d), over T."""
     return (q @ k.transpose(-2, -1)) * (scale / temperature)
 
 
@@ -44,7 +44,7 @@ def rbf_logits(q: torch.Tensor, k: torch.Tensor, scale: float, temperature: floa
     """z_ij = -||q_i - k_j||^2 * scale / (2T).
 
     exp(z_ij) is the Gaussian (RBF) kernel exp(-||q_i - k_j||^2 / (2 sigma^2)) with sigma^2 = T / scale,
-    i.e. sigma^2 = T sqrt(d) at the default scale (seed 003, "kernel view"). Since
+    i.e. sigma^2 = T sqrt(d) at the default scale (the softmax write-up, "kernel view"). Since
     -||q - k||^2 / 2 = <q, k> - ||q||^2/2 - ||k||^2/2, it differs from the dot kernel only by a per-row constant
     (which softmax cancels) and the per-key bias -||k_j||^2 scale / (2T).
     """

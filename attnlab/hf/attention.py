@@ -21,7 +21,7 @@ refused by name with the reason (`hf_refusal`).
 The mask: the entries registered here reuse transformers' SDPA mask builder, a boolean [B, 1, T, S] mask (True =
 visible) that already holds the causal and the padding masks, or None where the causal mask alone suffices. With
 a mask the causal mask of `mask_form="renormalize"` becomes the additive form (the mask hides the future inside
-the softmax); the two forms give the same weights (seed 002, tested in tests/test_functional.py).
+the softmax); the two forms give the same weights (the masking write-up, tested in tests/test_functional.py).
 """
 
 from __future__ import annotations

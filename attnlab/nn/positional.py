@@ -1,7 +1,7 @@
 """Positional encoding modules. The formulas live in attnlab.functional.positional.
 
 Input encodings (learned, sinusoidal) return a [T, n_embd] table added to the token embeddings, i.e. p_i is
-added to x_i before the Q/K/V projections (seed 002). RoPE instead rotates queries and keys inside every
+added to x_i before the Q/K/V projections (the masking write-up). RoPE instead rotates queries and keys inside every
 attention layer.
 """
 
@@ -27,7 +27,7 @@ class LearnedPositions(nn.Module):
 
 
 class SinusoidalPositions(nn.Module):
-    """Fixed sinusoidal encodings (Vaswani et al. 2017; seed 002); no parameters."""
+    """Fixed sinusoidal encodings (Vaswani et al. 2017; the masking write-up); no parameters."""
 
     def __init__(self, block_size: int, n_embd: int):
         super().__init__()

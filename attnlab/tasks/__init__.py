@@ -1,4 +1,4 @@
-"""Synthetic tasks: seeded, deterministic generators of token sequences with an answer mask (issue 15).
+"""Synthetic tasks: seeded, deterministic generators of token sequences with an answer mask.
 
 Each task is a frozen dataclass whose fields are its parameters (each checked, with a one-line
 :class:`~attnlab.errors.ConfigError` naming ``data.task.<field>``, the bad value and the allowed range). A task
@@ -12,7 +12,7 @@ Accuracy is exact match per answer position (argmax == target), averaged over th
 ``induction``      a random sequence repeated; the second copy is scored (Olsson et al. 2022, arXiv:2209.11895)
 ``selective-copy`` copy the symbols scattered among blanks (MAD, arXiv:2403.17844)
 ``noisy-recall``   recall in a stream of pairs with noise tokens between them (MAD, arXiv:2403.17844)
-``hijack``         recall a marked binding against m unmarked copies of its key (seed 000, docs/sources.md#seed-000)
+``hijack``         recall a marked binding against m unmarked copies of its key (the magnitude write-up, docs/sources.md#magnitude-attention)
 ``hijack-v2``      the same with unmarked bindings in training, exact or near-synonym clusters, distinct filler
 =================  ==========================================================================================
 

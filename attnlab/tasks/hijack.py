@@ -1,4 +1,4 @@
-"""``hijack``: seed 000's probability hijacking as a recall task, with the size of the hijacking cluster as a knob."""
+"""``hijack``: the magnitude write-up's probability hijacking as a recall task, with the size of the hijacking cluster as a knob."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ SWEEP_M = (0, 4, 16, 64)
 @dataclass(frozen=True)
 class Hijack(Task):
     """Recall one marked binding while m unmarked copies of the same key, all bound to one distractor value,
-    compete for the query's attention: the "probability hijacking" of seed 000 (docs/sources.md#seed-000) as a
+    compete for the query's attention: the "probability hijacking" of the magnitude write-up (docs/sources.md#magnitude-attention) as a
     task.
 
     Format. Token ids: ``0`` is the filler ``_``, ``1`` the marker ``*``, ``2`` the query token ``?``; keys
@@ -81,7 +81,7 @@ class Hijack(Task):
 
     Fused bindings (``fused=true``). Each binding is one token ``k<a>=v<b>``: the marked binding ``* k=v``, the
     cluster copies ``k=d`` (m copies of one token), the neutral bindings ``k'=v'``, a filler record one ``_``;
-    ``capacity = T + 1 - 2 * n_marked - 3 * n_queries``. This is seed 000's scenario in its plainest form: the
+    ``capacity = T + 1 - 2 * n_marked - 3 * n_queries``. This is the magnitude write-up's scenario in its plainest form: the
     cluster is m exact duplicates of one token, so the first layer's keys of the copies are equal (attnlab's
     magnitude gate reads the keys before RoPE), and one attention hop from the query key to the binding token
     answers the query. The target ``k=v`` and the copies ``k=d`` share the key but are different tokens, so a
@@ -102,7 +102,7 @@ class Hijack(Task):
 
     name: ClassVar[str] = "hijack"
     summary: ClassVar[str] = ("recall a marked binding while m unmarked copies of its key compete for the query's "
-                              "attention (seed 000)")
+                              "attention (the magnitude write-up)")
     tiny_params: ClassVar[dict] = {"n_marked": 2, "n_keys": 4, "n_values": 4, "n_queries": 1, "m": 2, "seq_len": 16}
 
     n_marked: int = 8

@@ -1,4 +1,4 @@
-"""``hijack-v2``: seed 000's hijacking with the answer under a cluster defined by training, on exact and on
+"""``hijack-v2``: the magnitude write-up's hijacking with the answer under a cluster defined by training, on exact and on
 near-duplicate clusters (version 1, ``hijack``, is kept as it was)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ TARGET_SYNONYMS = ("any", "query")
 @dataclass(frozen=True)
 class HijackV2(Task):
     """Recall the marked binding of the queried key while m unmarked bindings of the same key, all to one distractor
-    value, compete for the query's attention: the "probability hijacking" of seed 000 (docs/sources.md#seed-000), with
+    value, compete for the query's attention: the "probability hijacking" of the magnitude write-up (docs/sources.md#magnitude-attention), with
     near-synonym clusters and the answer under a cluster defined by what the model was trained on.
 
     Format. Keys come in synonym groups: key a has ``synonyms`` spellings ``k<a>.<s>``, and a binding written with
@@ -51,7 +51,7 @@ class HijackV2(Task):
     the hijack query (the target's key); the ``n_queries - 1`` before it ask other marked keys, distinct, in random
     order. Each spelling in the stream is drawn uniformly, independently of the others, except the target's with
     ``target_synonym="query"``: it is then the query's own spelling, so the target matches the query token for
-    token and each cluster copy only through its key's synonymy (seed 000's mediocre cluster against one perfect
+    token and each cluster copy only through its key's synonymy (the magnitude write-up's mediocre cluster against one perfect
     key). With ``m_max`` set, each sequence draws its own m uniformly from m..m_max.
 
     The design argument. (a) The rule is defined by training: with ``n_unmarked > 0`` unmarked bindings of
@@ -63,7 +63,7 @@ class HijackV2(Task):
     mass answers d. With ``cluster="exact"`` the copies are one token (exact duplicates: a count of identical
     tokens finds them); with ``cluster="synonym"`` and ``synonyms`` >= m they are mostly distinct tokens whose
     embeddings agree only as far as the model has learned the synonymy, which a count of identical tokens cannot
-    see (the near-synonym claim of seed 000). (c) The answer is always determined: exactly one marked binding has
+    see (the near-synonym claim of the magnitude write-up). (c) The answer is always determined: exactly one marked binding has
     the query's key, and d != v. (d) No filler token repeats, and the largest m leaves ``capacity - m`` fillers
     (``m < capacity`` is enforced), so a prior that discounts repeated tokens gets no free start from the filler
     and a large cluster does not change the rest of the sequence into one token.
@@ -82,7 +82,7 @@ class HijackV2(Task):
 
     name: ClassVar[str] = "hijack-v2"
     summary: ClassVar[str] = ("recall a marked binding against m unmarked bindings of its key, exact or near-synonym "
-                              "copies, with unmarked bindings in training (seed 000)")
+                              "copies, with unmarked bindings in training (the magnitude write-up)")
     tiny_params: ClassVar[dict] = {"n_marked": 2, "n_keys": 4, "n_values": 4, "synonyms": 2, "n_unmarked": 1,
                                    "n_queries": 1, "m": 2, "seq_len": 14}
 
@@ -183,7 +183,7 @@ class HijackV2(Task):
         """The cells the hijack sweep evaluates (attnlab.train.hooks.HijackSweepHook), for each m of ``ms`` (default
         :data:`SWEEP_M`) below the capacity: ``exact-m<m>`` (one token repeated), ``synonym-m<m>`` (m > 0: each
         copy its own spelling), and at the m of :data:`MEDIOCRE_M` ``mediocre-m<m>`` (a synonym cluster against a
-        target spelled as the query: seed 000's mediocre cluster keys against one perfect key); with one spelling per
+        target spelled as the query: the magnitude write-up's mediocre cluster keys against one perfect key); with one spelling per
         key (``synonyms=1``) only the exact cells."""
         ms = [m for m in (SWEEP_M if ms is None else ms) if m < self.capacity]
         cells = {f"exact-m{m}": self.at_m(m, "exact", "any") for m in ms}

@@ -37,7 +37,7 @@ class MQAR(Task):
 
     The defaults (6 pairs, 12 keys, 12 values, T = 32) are what a 2-layer, 128-wide, 4-head rope GPT learns to
     100% within 750 steps of 128 sequences at lr 1e-3 on the 2-core CPU, in seeds 0, 1 and 2 (the sanity anchor of
-    issue 15; ``attnlab compare --experiment recall-mqar-1``). The batch matters more than the width or the
+    the recall experiment; ``attnlab compare --experiment recall-mqar-1``). The batch matters more than the width or the
     learning rate: at batch 64, seed 0 stayed on a plateau near 48% for 3,500 steps. Harder settings plateau on such
     budgets: 8 pairs, 31 keys, 32 values at T = 64 stayed near 38% for 7,000 steps at width 64, answering the last
     queries of a sequence by elimination rather than recall.

@@ -49,7 +49,7 @@ def flops_per_token(n_params: int, cfg: GPTConfig) -> int:
 
 
 def gate_flops_per_token(model: nn.Module, block_size: int) -> int:
-    """Training FLOPs per token of the model's magnitude gates (seed 000), which 6 N does not see: the Gram matrix,
+    """Training FLOPs per token of the model's magnitude gates (the magnitude write-up), which 6 N does not see: the Gram matrix,
     the factorisation and the solves of every gate, forward and backward, counted by torch's FlopCounterMode on
     one sequence of ``block_size`` random keys per gate (the counter sees the matmuls of the blocked solver; the
     LAPACK work on its 32 x 32 diagonal blocks, a few percent at T >= 256, is not counted). 0 without gates."""

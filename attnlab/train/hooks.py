@@ -10,14 +10,14 @@ The trainer calls, for every hook in order:
 A hook writes keys under its own ``prefixes`` (they also go to TensorBoard as scalars). Non-finite values in
 ``step_stats`` are logged as null. :func:`default_hooks` gives the ones attnlab ships, from the run config:
 
-* :class:`MagnitudeGateHook` (seed 000): each magnitude gate's statistics of the step's last micro-batch,
+* :class:`MagnitudeGateHook` (the magnitude write-up): each magnitude gate's statistics of the step's last micro-batch,
   ``mag/L<i>/<stat>``; gates record only on logged steps (recording costs device syncs and one product with Z);
-* :class:`MoHHook` (issue 18; runs when the model has MoH layers): ``moh/aux_loss``, the load-balance loss added
+* :class:`MoHHook` (runs when the model has MoH layers): ``moh/aux_loss``, the load-balance loss added
   to the training loss, and per layer ``moh/L<i>/balance`` (L_b) and ``moh/L<i>/h<j>`` (head j's mean weight);
-* :class:`RankHook` (seed 001; ``train.track_rank``): :func:`attnlab.analysis.rank.rank_metrics` at every
+* :class:`RankHook` (the Boneless write-up; ``train.track_rank``): :func:`attnlab.analysis.rank.rank_metrics` at every
   evaluation, ``pseudo_rank/<m>/L<i>`` and ``participation_ratio/<m>/L<i>``.
 
-* :class:`HijackSweepHook` (seed 000; runs on ``task:hijack`` and ``task:hijack-v2``): at every evaluation, for each
+* :class:`HijackSweepHook` (the magnitude write-up; runs on ``task:hijack`` and ``task:hijack-v2``): at every evaluation, for each
   cell of the task's sweep (a cluster size m, and for hijack-v2 the cluster's kind), the accuracy at the hijack
   query and the attention mass of the retrieval head on the unique binding and on the cluster,
   ``hijack/<cell>/<stat>``.
@@ -91,7 +91,7 @@ class RankHook(TrainHook):
 
 
 class HijackSweepHook(TrainHook):
-    """Seed 000's hijacking measured during training: the task evaluated at each cell of its sweep alone.
+    """The magnitude write-up's hijacking measured during training: the task evaluated at each cell of its sweep alone.
 
     A cell is the task at one cluster size m (``task.sweep(ms)``: for ``hijack`` the m of ``ms`` its capacity
     allows, labelled ``m<m>``; for ``hijack-v2`` also the cluster's kind, e.g. ``exact-m16``, ``synonym-m16``,

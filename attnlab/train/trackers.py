@@ -2,7 +2,7 @@
 
 Each tracker gets the rows the trainer appends to metrics.jsonl (the scalars: losses, lr, grad norm, tokens/s
 and the hooks' measurements) with their step. Resuming continues the same record: TensorBoard purges events a
-previous session logged after the checkpoint, and W&B continues the run whose id is stored in the run directory
+previous launch logged after the checkpoint, and W&B continues the run whose id is stored in the run directory
 (wandb_id.txt).
 """
 
@@ -43,7 +43,7 @@ def _import_wandb():
 
 class TensorBoardTracker:
     def __init__(self, run_dir: Path, first_step: int):
-        writer = _import_tensorboard()  # purge_step drops events a previous session logged after the checkpoint
+        writer = _import_tensorboard()  # purge_step drops events a previous launch logged after the checkpoint
         self.writer = writer(log_dir=str(run_dir / "tensorboard"), purge_step=first_step)
 
     def log(self, scalars: dict[str, float], step: int) -> None:
@@ -81,7 +81,7 @@ def check_trackers(tc) -> None:
 
 
 def open_trackers(cfg, run_dir: Path, first_step: int) -> list:
-    """The trackers cfg.train asks for, opened in run_dir; first_step: the next step this session logs."""
+    """The trackers cfg.train asks for, opened in run_dir; first_step: the next step this launch logs."""
     tc, trackers = cfg.train, []
     if tc.tensorboard:
         trackers.append(TensorBoardTracker(run_dir, first_step))

@@ -12,7 +12,7 @@ A run directory holds::
     tensorboard/     TensorBoard event files (only with train.tensorboard = true)
     wandb/, wandb_id.txt   the Weights & Biases run and its id (only with train.wandb_project; attnlab.train.trackers)
 
-Magnitude gates (seed 000; model.attention with magnitude != "off", e.g. magnitude-causal): every row of a step
+Magnitude gates (the magnitude write-up; model.attention with magnitude != "off", e.g. magnitude-causal): every row of a step
 that trained also carries, per attention layer i (0 = the first block), the gate's stats from the forward pass of
 that step (its last micro-batch; rank 0's under DDP), under flat keys "mag/L<i>/<stat>" (also TensorBoard scalars):
 
@@ -25,7 +25,7 @@ that step (its last micro-batch; rank 0's under DDP), under flat keys "mag/L<i>/
     mag/L<i>/gate_mean         mean gate value (magnitude_apply="values")
     mag/L<i>/prior_floored     fraction of the weights read that sit at the logit prior's floor ("logits")
 
-Pseudo-rank (seed 001; train.track_rank, on by default): every row with a validation loss also carries
+Pseudo-rank (the Boneless write-up; train.track_rank, on by default): every row with a validation loss also carries
 attnlab.analysis.rank.rank_metrics of the model at that step: "pseudo_rank/<m>/L<i>" (fraction of singular values
 holding 95% of the squared-singular-value energy) and "participation_ratio/<m>/L<i>" for m in q, k, v, o, qk
 (W_q W_k' per head, averaged), plus ".../<m>/mean" over layers. Matrices a variant does not have (identity Q/K)
@@ -303,7 +303,7 @@ def _set_rng_state(state: dict, device: torch.device) -> None:
 
 
 class _Trainer:
-    """One training session of one run directory (see the module docstring for the life cycle)."""
+    """One launch of training on one run directory (see the module docstring for the life cycle)."""
 
     def __init__(self, cfg: RunConfig | None, *, resume=None, quiet: bool = False, hooks: Sequence[TrainHook] = ()):
         self.info = D.dist_info()
@@ -398,9 +398,9 @@ class _Trainer:
         self.stop_rule, self.threshold_step = tc.stop_rule, None  # train.stop_at and the step it was first met
         self.last_stats = {}
         self.elapsed_before = 0.0
-        self.session_start = time.perf_counter()
-        self.session_all = [0, 0.0]  # tokens, seconds of this session's steps
-        self.session_warm = [0, 0.0]  # the same without the session's first step (one-off costs)
+        self.launch_start = time.perf_counter()
+        self.launch_all = [0, 0.0]  # tokens, seconds of this launch's steps
+        self.launch_warm = [0, 0.0]  # the same without the launch's first step (one-off costs)
         self.window_tokens, self.window_time = 0, 0.0
         self.phase = "idle"
         self.stop_requested = self.stop_agreed = False
@@ -581,11 +581,11 @@ class _Trainer:
         self.step, self.tokens = k, self.tokens + self.tokens_per_step
         self.phase = "bookkeeping"
         elapsed = time.perf_counter() - start
-        if self.session_all[1] > 0:  # the first step of a session pays one-off costs (allocations, compilation)
-            self.session_warm[0] += self.tokens_per_step
-            self.session_warm[1] += elapsed
-        self.session_all[0] += self.tokens_per_step
-        self.session_all[1] += elapsed
+        if self.launch_all[1] > 0:  # the first step of a launch pays one-off costs (allocations, compilation)
+            self.launch_warm[0] += self.tokens_per_step
+            self.launch_warm[1] += elapsed
+        self.launch_all[0] += self.tokens_per_step
+        self.launch_all[1] += elapsed
         self.window_tokens += self.tokens_per_step
         self.window_time += elapsed
         stats = {"train_loss": loss_value, "lr": lr, "grad_norm": grad_norm, "step_time_s": elapsed}
@@ -680,7 +680,7 @@ class _Trainer:
         self.window_tokens, self.window_time = 0, 0.0
         if not self.info.is_main:
             return
-        if val is not None:  # e.g. seed 001: how the weights' pseudo-rank evolves (RankHook)
+        if val is not None:  # e.g. the Boneless write-up: how the weights' pseudo-rank evolves (RankHook)
             for hook in self.hooks:
                 row.update(hook.eval_stats(self.model))
         with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
@@ -790,7 +790,7 @@ class _Trainer:
     # ------------------------------------------------------------------------------------------ outputs
 
     def _elapsed(self) -> float:
-        return self.elapsed_before + time.perf_counter() - self.session_start
+        return self.elapsed_before + time.perf_counter() - self.launch_start
 
     def _summary(self, status: str, **extra) -> dict:
         """The summary dict, written (with loss.png) to the run directory by rank 0.
@@ -800,15 +800,15 @@ class _Trainer:
         and converged (whether it was met; None without a stop_at; a finished run with converged false hit the cap
         train.max_steps below the threshold); final_val_loss (the
         latest validation, at step final_val_step) and best_val_loss; final_train_loss (of the last step);
-        tokens_seen; wall_time_s (from model construction to now, summed over resumed sessions); n_params (all,
+        tokens_seen; wall_time_s (from model construction to now, summed over resumed launches); n_params (all,
         tied counted once) and n_params_non_embedding; flops_per_token (flops.flops_per_token plus the
         magnitude gates' flops.gate_flops_per_token);
-        tokens_per_s (this session's training steps without its first one; global under DDP); mfu =
+        tokens_per_s (this launch's training steps without its first one; global under DDP); mfu =
         tokens_per_s * flops_per_token / (matmul_peak_gflops * 1e9 * world_size); variant, preset, seed, device,
         device_name, dtype, world_size, run_dir (= out_dir), checkpoint (the latest complete checkpoint folder); plus
         message and diverged_at for a diverged run.
         """
-        tokens, seconds = self.session_warm if self.session_warm[1] > 0 else self.session_all
+        tokens, seconds = self.launch_warm if self.launch_warm[1] > 0 else self.launch_all
         tps = tokens / seconds if seconds > 0 else None
         peak = None
         if self.info.is_main and tps:

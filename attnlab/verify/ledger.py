@@ -8,10 +8,10 @@ and its verdict becomes FAIL.
 
 Two kinds of rows:
 
-* ``claim``: something a seed write-up states. The measurement either agrees with it (outcome "holds") or
+* ``claim``: something a write-up states. The measurement either agrees with it (outcome "holds") or
   contradicts it (outcome "refuted").
-* ``obs``: an observation the seeds do not claim, added where the seed's statement needs a boundary (e.g. the
-  permutation invariance of seed 002 holds for one layer, not two). The "claimed" cell holds *our* prediction;
+* ``obs``: an observation the write-ups do not claim, added where a write-up's statement needs a boundary (e.g. the
+  permutation invariance of the masking write-up holds for one layer, not two). The "claimed" cell holds *our* prediction;
   the outcome is "as predicted" or "not as predicted".
 
 Every check also records the outcome the ledger expects (``expect``): "holds" for a claim unless the check says
@@ -34,6 +34,14 @@ RELATIONS = ("=", "<=", ">=", ">")
 HOLDS, REFUTED, AS_PREDICTED, NOT_AS_PREDICTED, FAIL = "holds", "refuted", "as predicted", "not as predicted", "FAIL"
 VERDICTS = (HOLDS, REFUTED, AS_PREDICTED, FAIL)  # the verdict column, in the summary's order
 EXPECTATIONS = {"claim": (HOLDS, REFUTED), "obs": (AS_PREDICTED,)}  # what a check may record, by kind
+
+# The four write-ups whose claims the ledger measures (docs/sources.md), in the ledger's order: key -> title
+WRITEUPS = {
+    "magnitude": "Magnitude Attention",
+    "boneless": "Boneless attention",
+    "masking": "Masking and positional encodings",
+    "softmax": "Why dot products, why softmax",
+}
 
 
 def outcome(kind: str, agrees: bool) -> str:
@@ -82,7 +90,7 @@ class Record:
     """One row of the ledger (and one object of ``--json``)."""
 
     id: str
-    seed: str  # "000", "002", "003"
+    writeup: str  # which write-up states the claim: a key of WRITEUPS ("magnitude", "boneless", ...)
     kind: str  # "claim" or "obs"
     claim: str
     relation: str
@@ -121,7 +129,7 @@ class Check:
     """A registered check: what is claimed, how it is compared, and the function that measures."""
 
     id: str
-    seed: str
+    writeup: str
     kind: str
     claim: str
     relation: str
@@ -139,7 +147,7 @@ class Check:
 CHECKS: dict[str, Check] = {}
 
 
-def check(id: str, *, seed: str, claim: str, relation: str, claimed: float, tolerance: float, basis: str,
+def check(id: str, *, writeup: str, claim: str, relation: str, claimed: float, tolerance: float, basis: str,
           kind: str = "claim", label: str = "", volatile: bool = False, digits: int = 4, expect: str | None = None,
           because: str = ""):
     """Register the decorated measuring function under ``id``.
@@ -153,6 +161,8 @@ def check(id: str, *, seed: str, claim: str, relation: str, claimed: float, tole
     """
     if relation not in RELATIONS:
         raise ValueError(f"relation={relation!r}; choose one of {RELATIONS}")
+    if writeup not in WRITEUPS:
+        raise ValueError(f"writeup={writeup!r}; choose one of {tuple(WRITEUPS)}")
     if kind not in EXPECTATIONS:
         raise ValueError(f"kind={kind!r}; choose 'claim' or 'obs'")
     expect = EXPECTATIONS[kind][0] if expect is None else expect
@@ -164,7 +174,7 @@ def check(id: str, *, seed: str, claim: str, relation: str, claimed: float, tole
     def register(fn):
         if id in CHECKS:
             raise ValueError(f"check {id!r} registered twice")
-        CHECKS[id] = Check(id, seed, kind, claim, relation, claimed, tolerance, basis, fn, label, volatile, digits,
+        CHECKS[id] = Check(id, writeup, kind, claim, relation, claimed, tolerance, basis, fn, label, volatile, digits,
                            expect, because)
         return fn
 
@@ -209,7 +219,7 @@ def run_check(id: str, *, claimed: float | None = None, relation: str | None = N
     agrees = judge(relation, claimed, measured, tolerance)
     found = outcome(c.kind, agrees)
     return Record(
-        id=c.id, seed=c.seed, kind=c.kind, claim=c.claim, relation=relation, claimed=float(claimed),
+        id=c.id, writeup=c.writeup, kind=c.kind, claim=c.claim, relation=relation, claimed=float(claimed),
         claimed_text=_claimed_text(relation, claimed, label, c.digits), measured=measured,
         measured_text=fmt_number(measured, c.digits, c.volatile), tolerance=tolerance,
         tolerance_basis=c.tolerance_basis, agrees=agrees, outcome=found, expected=c.expect,
@@ -226,7 +236,7 @@ def run_checks(ids=None) -> list[Record]:
 # ---------------------------------------------------------------------------------------------------------- table
 
 # (header, width, align); the claim, claimed and basis cells wrap onto further lines of the row
-COLUMNS = (("#", 2, ">"), ("claim", 56, "<"), ("seed", 4, "<"), ("kind", 5, "<"), ("claimed", 17, "<"),
+COLUMNS = (("#", 2, ">"), ("claim", 56, "<"), ("write-up", 9, "<"), ("kind", 5, "<"), ("claimed", 17, "<"),
            ("measured", 9, ">"), ("tol", 7, ">"), ("tolerance basis", 24, "<"), ("verdict", 12, "<"))
 SEP = "  "
 
@@ -257,7 +267,7 @@ def _verdict_cell(r: Record) -> list[str]:
 
 
 def _row_lines(n: int, r: Record) -> list[str]:
-    cells = [[str(n)], _wrap(r.claim, 56), [r.seed], [r.kind], _wrap(r.claimed_text, 17), [r.measured_text],
+    cells = [[str(n)], _wrap(r.claim, 56), [r.writeup], [r.kind], _wrap(r.claimed_text, 17), [r.measured_text],
              [fmt_tolerance(r.tolerance)], _wrap(r.tolerance_basis, 24), _verdict_cell(r)]
     height = max(len(c) for c in cells)
     lines = []
@@ -285,11 +295,11 @@ def format_table(records: list[Record]) -> str:
     header = SEP.join(f"{h:{a}{w}}" for h, w, a in COLUMNS).rstrip()
     rule = SEP.join("-" * w for _, w, _ in COLUMNS)
     lines = [header, rule]
-    seed = None
+    writeup = None
     for n, r in enumerate(records, 1):
-        if seed is not None and r.seed != seed:
+        if writeup is not None and r.writeup != writeup:
             lines.append("")
-        seed = r.seed
+        writeup = r.writeup
         lines += _row_lines(n, r)
     lines.append(rule)
     failed = summary_counts(records)[FAIL]

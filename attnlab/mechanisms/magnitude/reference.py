@@ -279,9 +279,9 @@ def gate(w: torch.Tensor, beta, gamma, form: str = "clamp") -> torch.Tensor:
     """The value gate g(w) of a magnitude weight w (mu_j, w_j or M_ij), elementwise.
 
     "sigmoid": sigmoid(beta w + gamma)                the write-up's step 3 exactly (w unbounded: saturates or flips)
-    "clamp":  sigmoid(beta clamp(w, 0, 1) + gamma)    the seed's gate on w confined to [0, 1], "the fraction of a
+    "clamp":  sigmoid(beta clamp(w, 0, 1) + gamma)    the write-up's gate on w confined to [0, 1], "the fraction of a
               unit that key j contributes" (1 isolated, 1/m in a cluster of m clones, <= 0 inside a cluster)
-    "linear": clamp(beta w + gamma, 0, 1)             the seed's arithmetic "the gate passes the weight through":
+    "linear": clamp(beta w + gamma, 0, 1)             the write-up's arithmetic "the gate passes the weight through":
               at beta = 1, gamma = 0 a cluster of m clones contributes m * (1/m) = 1 unit
     """
     form = GATE_ALIASES.get(form, form)

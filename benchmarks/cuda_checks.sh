@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# One GPU session's checks and measurements, each step bounded, logs and JSON under $1 (default $OUT or ./cuda-out):
+# The GPU checks and measurements in one command, each step bounded, logs and JSON under $1 (default $OUT or ./cuda-out):
 #   tests/test_cuda.py (every GPU test, -rA so each one is named), benchmarks/magnitude.py --long (the long-context
 #   magnitude rows, the block form of the low-rank prefix layer included), benchmarks/attention_layer.py in bfloat16
 #   (every registered variant's layer), and a 30-step probe of training at T = 1024 (the magnitude-long experiment's
 #   shape) per variant, to size a longer comparison; the block sweep of the low-rank prefix layer (blocks of 64 to 512
 #   against the explicit path, magnitude_chunks.json). Eight files land in the folder. Missing pure-Python
 #   dependencies can travel as wheels in .whl/.
-#     bash benchmarks/cuda_session.sh results/benchmarks/cuda
+#     bash benchmarks/cuda_checks.sh results/benchmarks/cuda
 cd "$(dirname "$0")/.."
 DEST="${1:-${OUT:-cuda-out}}"; mkdir -p "$DEST"
 if compgen -G ".whl/*.whl" > /dev/null; then

@@ -1,4 +1,4 @@
-"""Seed 003 (why dot products, why softmax): the entropy-regularised argmax, log-sum-exp calculus, temperature
+"""The softmax write-up (Why dot products, why softmax): the entropy-regularised argmax, log-sum-exp calculus, temperature
 limits, the RBF view, the GQA stability bounds, the 1/sqrt(d) scale, and head decoupling.
 
 The softmax under test is attnlab's: :func:`softmax_T` runs attnlab.functional.attention with one-dimensional
@@ -76,14 +76,14 @@ def _entropy(n_problems: int = 24, n_starts: int = 4, target_factor: float = 1.0
             sols.append(r.x)
             iterations.append(int(r.nit))
             worst_p = max(worst_p, float(np.abs(r.x - target).max()))
-            worst_value = max(worst_value, abs(-r.fun - lse) / T)  # seed's form: divided by T
+            worst_value = max(worst_value, abs(-r.fun - lse) / T)  # the write-up's form: divided by T
         sols = np.array(sols)
         worst_spread = max(worst_spread, float((sols.max(0) - sols.min(0)).max()))
     return {"max_abs_dp": worst_p, "max_value_gap": worst_value, "max_spread_between_starts": worst_spread,
             "problems": n_problems, "starts": n_starts, "max_iterations": max(iterations)}
 
 
-@check("softmax-argmax", seed="003", claimed=0.0, relation="=", tolerance=1e-6, volatile=True,
+@check("softmax-argmax", writeup="softmax", claimed=0.0, relation="=", tolerance=1e-6, volatile=True,
        basis="SLSQP ftol 1e-15: objective flat near the optimum, |dp| ~ sqrt(ftol / T)",
        claim="softmax(z/T) is the unique maximiser of <p, z> + T H(p) on the simplex: max |p_SLSQP - softmax| over "
              "24 problems (n = 3..9, T = 0.2..2) x 4 starts")
@@ -94,7 +94,7 @@ def softmax_argmax(target_factor: float = 1.0) -> dict:
                     f"{e['max_spread_between_starts']:.1e} (uniqueness)"}
 
 
-@check("lse-max", seed="003", claimed=0.0, relation="=", tolerance=1e-10, volatile=True,
+@check("lse-max", writeup="softmax", claimed=0.0, relation="=", tolerance=1e-10, volatile=True,
        basis="value error is second order in |dp| (~1e-16) plus rounding",
        claim="log sum_j exp(z_j/T) = max over the simplex of <p, z>/T + H(p): max |SLSQP maximum - log-sum-exp|")
 def lse_max() -> dict:
@@ -102,7 +102,7 @@ def lse_max() -> dict:
     return {"measured": e["max_value_gap"], "details": e}
 
 
-@check("kl-form", seed="003", claimed=0.0, relation="=", tolerance=1e-12, volatile=True,
+@check("kl-form", writeup="softmax", claimed=0.0, relation="=", tolerance=1e-12, volatile=True,
        basis="float64 rounding of logs of p >= 1e-9",
        claim="KL form: <p, z> + T H(p) = -T KL(p || softmax(z/T)) + T log sum exp(z/T) for every p, so softmax is "
              "the KL projection: max |LHS - RHS| over 1000 random p")
@@ -139,7 +139,7 @@ def _lse_derivatives(n_z: int = 10, n: int = 8):
             yield lam, z, softmax_T(z[None], 1.0 / lam)[0]
 
 
-@check("lse-gradient", seed="003", claimed=0.0, relation="=", tolerance=1e-14, volatile=True,
+@check("lse-gradient", writeup="softmax", claimed=0.0, relation="=", tolerance=1e-14, volatile=True,
        basis="float64 rounding of exp and division",
        claim="The gradient of lse_lambda(z) = (1/lambda) log sum exp(lambda z) is softmax(lambda z): max |autograd - "
              "attnlab softmax| (lambda = 0.5..5, 40 z)")
@@ -152,7 +152,7 @@ def lse_gradient() -> dict:
     return {"measured": worst}
 
 
-@check("lse-hessian", seed="003", claimed=0.0, relation="=", tolerance=1e-13, volatile=True,
+@check("lse-hessian", writeup="softmax", claimed=0.0, relation="=", tolerance=1e-13, volatile=True,
        basis="float64 rounding times lambda <= 5",
        claim="Its Hessian is lambda (Diag(p) - p p'): max |autograd Hessian - formula|")
 def lse_hessian() -> dict:
@@ -179,7 +179,7 @@ def _hessian_norm_ratio(n_random: int = 400, n: int = 8) -> dict:
     return {"max_ratio": worst, "points": len(zs)}
 
 
-@check("lse-hessian-norm", seed="003", claimed=1.0, relation="<=", tolerance=1e-12,
+@check("lse-hessian-norm", writeup="softmax", claimed=1.0, relation="<=", tolerance=1e-12,
        basis="float64 rounding of the eigenvalues",
        claim="The Hessian has operator norm <= lambda: max ||autograd Hessian||_op / lambda over 401 z (random, and "
              "two tied top logits)")
@@ -189,14 +189,14 @@ def lse_hessian_norm() -> dict:
             "note": "the bound holds with room: the sharp constant is 1/2 (next row)"}
 
 
-@check("lse-hessian-half", seed="003", kind="obs", claimed=0.5, label="1/2", relation="=", tolerance=1e-6,
+@check("lse-hessian-half", writeup="softmax", kind="obs", claimed=0.5, label="1/2", relation="=", tolerance=1e-6,
        basis="the other p_j ~ e^-20 at the tied point",
        claim="[obs] The sharp constant is lambda/2: u'(Diag(p) - pp')u = Var_p(u) <= (max u - min u)^2 / 4 <= "
              "||u||^2 / 2, attained with two tied top logits: the same max ratio")
 def lse_hessian_half() -> dict:
     r = _hessian_norm_ratio()
     return {"measured": r["max_ratio"], "details": r,
-            "note": "so softmax(lambda z) is in fact lambda/2-Lipschitz; the seed's lambda is valid, not tight"}
+            "note": "so softmax(lambda z) is in fact lambda/2-Lipschitz; the write-up's lambda is valid, not tight"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -216,7 +216,7 @@ def _pairs(n_pairs: int = 4000, n: int = 10):
     return out
 
 
-@check("softmax-lipschitz", seed="003", claimed=1.0, relation="<=", tolerance=1e-9,
+@check("softmax-lipschitz", writeup="softmax", claimed=1.0, relation="<=", tolerance=1e-9,
        basis="rounding of ||ds|| at ||dz|| = 1e-4",
        claim="softmax(lambda z) is lambda-Lipschitz in l2: max ||s(lambda z1) - s(lambda z2)|| / (lambda ||z1 - z2||) "
              "over 4000 random pairs")
@@ -225,7 +225,7 @@ def softmax_lipschitz() -> dict:
     return {"measured": worst, "note": "lambda = 0.5, 1, 2, 5; ||z1 - z2|| from 1e-4 to 30"}
 
 
-@check("softmax-cocoercive", seed="003", claimed=1.0, relation=">=", tolerance=1e-6,
+@check("softmax-cocoercive", writeup="softmax", claimed=1.0, relation=">=", tolerance=1e-6,
        basis="rounding of ||ds||^2 for ||ds|| >= 1e-8",
        claim="and 1/lambda-cocoercive: min <s1 - s2, z1 - z2> / ((1/lambda) ||s1 - s2||^2) over the same pairs "
              "(those with ||s1 - s2|| >= 1e-8)")
@@ -247,7 +247,7 @@ def _random_logits(n_z: int = 200, n: int = 16) -> torch.Tensor:
     return torch.randn(n_z, n, generator=torch.Generator().manual_seed(8), dtype=F64)
 
 
-@check("temperature-zero", seed="003", claimed=0.0, label="{v} (argmax)", relation="=", tolerance=1e-12,
+@check("temperature-zero", writeup="softmax", claimed=0.0, label="{v} (argmax)", relation="=", tolerance=1e-12,
        basis="limit: error (n-1) exp(-gap/T) at T = 1e-6",
        claim="T -> 0: softmax(z/T) collapses on argmax_j z_j: max |p - onehot(argmax)| at T = 1e-6 over 200 z (n = 16)")
 def temperature_zero(T: float = 1e-6) -> dict:
@@ -261,7 +261,7 @@ def temperature_zero(T: float = 1e-6) -> dict:
                                                                                    for t, e in errors.items())}
 
 
-@check("temperature-inf", seed="003", claimed=0.0, label="{v} (uniform)", relation="=", tolerance=1e-8,
+@check("temperature-inf", writeup="softmax", claimed=0.0, label="{v} (uniform)", relation="=", tolerance=1e-8,
        basis="limit: first order |z - mean z| / (n T) ~ 2e-9 at T = 1e8",
        claim="T -> infinity: softmax(z/T) tends to uniform: max |p - 1/n| at T = 1e8 over the same z")
 def temperature_inf(T: float = 1e8) -> dict:
@@ -277,7 +277,7 @@ def temperature_inf(T: float = 1e8) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _rbf(sigma2: float | None = None, n: int = 32, d: int = 64, dv: int = 16, T: float = 1.0) -> dict:
-    """Seed 003's cell: unit-norm rows of Q, K; softmax(QK'/(sqrt(d) T)) against the row-normalised Gaussian
+    """The softmax write-up's cell: unit-norm rows of Q, K; softmax(QK'/(sqrt(d) T)) against the row-normalised Gaussian
     exp(-||q_i - k_j||^2 / (2 sigma^2)), sigma^2 = T sqrt(d), both computed by attnlab.attention (float64)."""
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 1, n, d, generator=g, dtype=F64)
@@ -292,23 +292,23 @@ def _rbf(sigma2: float | None = None, n: int = 32, d: int = 64, dv: int = 16, T:
             "max_dO": float(do.max()), "fro_dO": float(do.norm())}
 
 
-@check("rbf-weights", seed="003", claimed=0.0, label="{v} (seed 1.39e-17)", relation="=", tolerance=1e-15,
-       volatile=True, basis="float64 rounding of weights ~1/32 (seed: 1.39e-17)",
+@check("rbf-weights", writeup="softmax", claimed=0.0, label="{v} (write-up 1.39e-17)", relation="=", tolerance=1e-15,
+       volatile=True, basis="float64 rounding of weights ~1/32 (write-up: 1.39e-17)",
        claim="Unit-norm q, k: softmax(QK'/(sqrt(d) T)) = row-normalised RBF weights with sigma^2 = T sqrt(d): max |dW| "
              "(n=32, d=64, dv=16, T=1, float64)")
 def rbf_weights(sigma2: float | None = None) -> dict:
     r = _rbf(sigma2)
     return {"measured": r["max_dW"], "details": r,
-            "note": f"sigma^2 = {r['sigma2']:g}; ||dW||_F = {r['fro_dW']:.1e} (seed: 1.22e-16); attnlab kernel='rbf' "
+            "note": f"sigma^2 = {r['sigma2']:g}; ||dW||_F = {r['fro_dW']:.1e} (write-up: 1.22e-16); attnlab kernel='rbf' "
                     f"with scale 1/sigma^2 against kernel='dot'"}
 
 
-@check("rbf-outputs", seed="003", claimed=0.0, label="{v} (seed 1.66e-16)", relation="=", tolerance=1e-14,
-       volatile=True, basis="float64 rounding of outputs ~1 (seed: 1.66e-16)",
+@check("rbf-outputs", writeup="softmax", claimed=0.0, label="{v} (write-up 1.66e-16)", relation="=", tolerance=1e-14,
+       volatile=True, basis="float64 rounding of outputs ~1 (write-up: 1.66e-16)",
        claim="... and the attention outputs agree: max |dO|")
 def rbf_outputs(sigma2: float | None = None) -> dict:
     r = _rbf(sigma2)
-    return {"measured": r["max_dO"], "details": r, "note": f"||dO||_F = {r['fro_dO']:.1e} (seed: 8.29e-16)"}
+    return {"measured": r["max_dO"], "details": r, "note": f"||dO||_F = {r['fro_dO']:.1e} (write-up: 8.29e-16)"}
 
 
 # ------------------------------------------------------------------------------------------------- GQA bounds
@@ -319,8 +319,8 @@ def _gqa_trials(values_change: bool = False, per_config: int = 100) -> dict:
     """Head h with its own keys K_h (MHA) against the same query head under GQA with shared keys K_g (2 query heads
     on 1 K/V head), both through attnlab.attention. K_g = K_h + eps E, eps log-uniform in [1e-3, 3].
 
-    Returns the largest ratio of measured difference to the seed's bound, for weights and for outputs
-    (values shared, as the seed's derivation assumes; or V_g = V_h + 0.5 noise with values_change).
+    Returns the largest ratio of measured difference to the write-up's bound, for weights and for outputs
+    (values shared, as the write-up's derivation assumes; or V_g = V_h + 0.5 noise with values_change).
     """
     g = torch.Generator().manual_seed(9)
     worst_p, worst_o, trials = 0.0, 0.0, 0
@@ -353,7 +353,7 @@ def _gqa_trials(values_change: bool = False, per_config: int = 100) -> dict:
 _GQA_SETUP = "1200 trials: n = 8, 64; d = 16, 64; T = 0.25, 1, 4; ||K_g - K_h|| from 1e-3 to 3 relative"
 
 
-@check("gqa-weights-bound", seed="003", claimed=1.0, relation="<=", tolerance=1e-12,
+@check("gqa-weights-bound", writeup="softmax", claimed=1.0, relation="<=", tolerance=1e-12,
        basis="float64 rounding",
        claim="GQA: ||p_g - p_h||_2 <= ||K_g - K_h||_op ||q||_2 / (T sqrt(d)): largest ratio measured / bound "
              "(attnlab attention, MHA head vs the same head with shared keys)")
@@ -363,9 +363,9 @@ def gqa_weights_bound() -> dict:
             "note": _GQA_SETUP + "; the ratio stays below 1/2: softmax is lambda/2-Lipschitz"}
 
 
-@check("gqa-outputs-bound", seed="003", claimed=1.0, relation="<=", tolerance=1e-12,
+@check("gqa-outputs-bound", writeup="softmax", claimed=1.0, relation="<=", tolerance=1e-12,
        basis="float64 rounding",
-       claim="GQA: ||o_g - o_h||_2 <= sqrt(n) ||p_g - p_h||_2 max_j ||v_j||_2 (values shared, as in the seed's "
+       claim="GQA: ||o_g - o_h||_2 <= sqrt(n) ||p_g - p_h||_2 max_j ||v_j||_2 (values shared, as in the write-up's "
              "derivation): largest ratio measured / bound")
 def gqa_outputs_bound() -> dict:
     r = _gqa_trials()
@@ -373,7 +373,7 @@ def gqa_outputs_bound() -> dict:
 
 
 # volatile: the worst trial has a saturated softmax, ||p_g - p_h|| ~ 4e-12, so the ratio's 4th digit is rounding
-@check("gqa-outputs-values-change", seed="003", kind="obs", claimed=1.0, relation=">", tolerance=1e-12,
+@check("gqa-outputs-values-change", writeup="softmax", kind="obs", claimed=1.0, relation=">", tolerance=1e-12,
        basis="the bound must be exceeded", volatile=True,
        claim="[obs] The output bound covers the change of weights only: when GQA also shares values (V_g != V_h, "
              "as it does) it fails; largest ratio measured / bound")
@@ -406,14 +406,14 @@ def _dot_variance(scaled: bool, d: int = 64, n: int = 200_000, chunk: int = 50_0
                     f"{math.sqrt((2 * d * d + 6 * d) / n) * scale ** 2:.3g})"}
 
 
-@check("dot-variance", seed="003", claimed=64.0, label="d", relation="=", tolerance=float("nan"),
+@check("dot-variance", writeup="softmax", claimed=64.0, label="d", relation="=", tolerance=float("nan"),
        basis="5 Monte-Carlo standard errors",
        claim="q, k with i.i.d. zero-mean unit-variance entries: Var(<q, k>) = d (d = 64, Monte Carlo)")
 def dot_variance() -> dict:
     return _dot_variance(scaled=False)
 
 
-@check("dot-variance-scaled", seed="003", claimed=1.0, relation="=", tolerance=float("nan"),
+@check("dot-variance-scaled", writeup="softmax", claimed=1.0, relation="=", tolerance=float("nan"),
        basis="5 Monte-Carlo standard errors",
        claim="... and Var(<q, k>/sqrt(d)) = 1 with attnlab's default scale 1/sqrt(d) (the logit variance stays O(1))")
 def dot_variance_scaled() -> dict:
@@ -423,7 +423,7 @@ def dot_variance_scaled() -> dict:
 # ------------------------------------------------------------------------------------------ heads decouple
 
 
-@check("mha-decouple", seed="003", claimed=0.0, relation="=", tolerance=1e-15, volatile=True,
+@check("mha-decouple", writeup="softmax", claimed=0.0, relation="=", tolerance=1e-15, volatile=True,
        basis="float64 rounding (none expected)",
        claim="Multi-head attention heads decouple: changing head 2's W_Q, W_K, W_V leaves the other heads' outputs "
              "unchanged: max |change| of heads 0, 1, 3 (attnlab Attention, 4 heads)")

@@ -1,4 +1,4 @@
-"""Seed 001 (boneless attention): raw-correlation mixing, its explosion and its "consensus", self-interaction,
+"""The Boneless write-up (Boneless attention): raw-correlation mixing, its explosion and its "consensus", self-interaction,
 sharpening by scaled logits, and the rank of Gaussian weights.
 
 Measured with attnlab's code (attnlab.functional.attention for the parameterless layer q = k = v = x,
@@ -46,7 +46,7 @@ def _raw_mix(x: torch.Tensor, steps: int) -> torch.Tensor:
     return x
 
 
-@check("corr-explodes", seed="001", claimed=0.0, label="26 log10 sigma_1", relation="=", tolerance=1e-9,
+@check("corr-explodes", writeup="boneless", claimed=0.0, label="26 log10 sigma_1", relation="=", tolerance=1e-9,
        basis="float64 rounding of 3 matrix products, in log10",
        claim="Mixing tokens by raw correlation, x <- (x x') x, explodes their length: log10 of the growth of the "
              "spectral norm over 3 steps (64 points ~ N(0, I_2)), against U S V' -> U S^3 V', i.e. sigma_1^(3^t)")
@@ -61,7 +61,7 @@ def corr_explodes(steps: int = 3) -> dict:
             "details": {"sigma_1": sigma1, "spectral_norm": growth["spectral_norm"]}}
 
 
-@check("double-sharpens", seed="001", claimed=0.0, relation="<=", tolerance=1e-12,
+@check("double-sharpens", writeup="boneless", claimed=0.0, relation="<=", tolerance=1e-12,
        basis="float64 rounding of entropy sums of 64 terms",
        claim="Doubling the correlations before the softmax sharpens ('sparsifies') the weights: max over rows of "
              "H(softmax(2 x x' / sqrt(d))) - H(softmax(x x' / sqrt(d))), entropy H in nats (64 tokens, d = 16)")
@@ -86,7 +86,7 @@ def _self_max_fraction(dim: int) -> float:
     return float((gram.argmax(-1) == torch.arange(64)).double().mean())
 
 
-@check("self-interaction", seed="001", claimed=1.0, relation="=", tolerance=0.0, basis="a count: exact",
+@check("self-interaction", writeup="boneless", claimed=1.0, relation="=", tolerance=0.0, basis="a count: exact",
        claim="A token's correlation with itself is always very high: fraction of rows of x x' whose diagonal "
              "x_i.x_i is the row's largest entry (64 tokens ~ N(0, I_64))")
 def self_interaction(dim: int = 64) -> dict:
@@ -94,15 +94,15 @@ def self_interaction(dim: int = 64) -> dict:
             "note": f"d = {dim}: x_i.x_i ~ d, x_i.x_j ~ +-sqrt(d) for j != i"}
 
 
-@check("self-interaction-2d", seed="001", kind="obs", claimed=0.5, relation="<=", tolerance=0.0,
-       basis="a count: exact", claim="[obs] A dimension effect: in 2-D (the seed's pictures) the diagonal is the "
+@check("self-interaction-2d", writeup="boneless", kind="obs", claimed=0.5, relation="<=", tolerance=0.0,
+       basis="a count: exact", claim="[obs] A dimension effect: in 2-D (the write-up's pictures) the diagonal is the "
        "row maximum of x x' for few points, since x_i.x_j = |x_i||x_j| cos > |x_i|^2 for a longer x_j at a "
        "small angle; with QK-norm it always is (cos <= 1): the same fraction for 64 points ~ N(0, I_2)")
 def self_interaction_2d() -> dict:
     return {"measured": _self_max_fraction(2)}
 
 
-@check("corr-consensus", seed="001", claimed=1.0, relation="=", tolerance=0.0, basis="a count: exact",
+@check("corr-consensus", writeup="boneless", claimed=1.0, relation="=", tolerance=0.0, basis="a count: exact",
        expect="refuted", because="x_t = U S^(3^t) V' sends every row to +-v_1 and the sign of its u_1 component picks "
        "the side: a fifth of the pairs under 90 degrees move apart, towards 180 degrees (row corr-consensus-sign)",
        claim="Repeated raw-correlation mixing moves vectors less than 90 degrees apart closer together: fraction "
@@ -118,7 +118,7 @@ def corr_consensus(steps: int = 10, half_plane: bool = False) -> dict:
             "note": f"{int(close.sum())} pairs under 90 degrees; the others end at 0 or 180 degrees too"}
 
 
-@check("corr-consensus-sign", seed="001", kind="obs", claimed=1.0, relation="=", tolerance=0.0,
+@check("corr-consensus-sign", writeup="boneless", kind="obs", claimed=1.0, relation="=", tolerance=0.0,
        basis="a count: exact", claim="[obs] What decides it: x_t = U S^(3^t) V' aligns every row with +-v_1, so "
        "rows i, j end together iff u_i1 u_j1 > 0 (u_1: top left-singular vector of x), whatever their angle: "
        "fraction of all pairs for which (angle after 10 steps < 90 degrees) == (u_i1 u_j1 > 0)")
@@ -130,7 +130,7 @@ def corr_consensus_sign(steps: int = 10) -> dict:
     return {"measured": float((together == (u[i] * u[j] > 0)).double().mean())}
 
 
-@check("gaussian-full-rank", seed="001", claimed=1.0, relation="=", tolerance=0.0, basis="a count: exact",
+@check("gaussian-full-rank", writeup="boneless", claimed=1.0, relation="=", tolerance=0.0, basis="a count: exact",
        claim="Weights sampled from a normal distribution begin 100% full rank: numerical rank / n of a 128 x 128 "
              "N(0, 0.02^2) matrix (numpy.linalg.matrix_rank)")
 def gaussian_full_rank(n: int = 128) -> dict:
@@ -152,7 +152,7 @@ def marchenko_pastur_pseudo_rank(mass: float = 0.95) -> float:
     return integrate.quad(p, tau, 4.0)[0]
 
 
-@check("gaussian-pseudo-rank", seed="001", kind="obs", claimed=0.0, label="{v} (M-P)", relation="=",
+@check("gaussian-pseudo-rank", writeup="boneless", kind="obs", claimed=0.0, label="{v} (M-P)", relation="=",
        tolerance=0.005, basis="5x the seed-to-seed sd (0.0009) at n = 512",
        claim="[obs] ... yet by the 95% pseudo-rank they start at about 0.61, not 1: attnlab's pseudo_rank of a "
              "512 x 512 N(0, 0.02^2) matrix against the Marchenko-Pastur limit (quadrature)")

@@ -1,8 +1,8 @@
-"""Seed 000 (magnitude attention): hijacking, clones, isolated keys, effective number, additivity.
+"""The Magnitude Attention write-up: hijacking, clones, isolated keys, effective number, additivity.
 
 Numbers come from attnlab.experiments.magnitude_demo (hijacking, cluster_collapse, effective_number) and the
-magnitude library; the claimed values are the seed's arithmetic and the closed forms of the magnitude docs page
-(docs/magnitude.md; eps: the Tikhonov term of seed 000 step 2, attnlab's default 1e-3). The last rows are the three
+magnitude library; the claimed values are the write-up's arithmetic and the closed forms of the magnitude docs page
+(docs/magnitude.md; eps: the Tikhonov term of the write-up's step 2, attnlab's default 1e-3). The last rows are the three
 statements our measurements refute (stability of the weights, CG in 3-5 iterations, the sigmoid gate's collapse to
 1 unit): measured like the others, they are recorded with ``expect="refuted"`` and the reason, so their verdict is
 "refuted"; if one of them ever measured as holding, its verdict would be FAIL.
@@ -18,7 +18,7 @@ from ..experiments import magnitude_demo as demo
 from ..mechanisms.magnitude import reference as M
 from .ledger import check
 
-EPS = 1e-3  # Tikhonov eps (seed 000 step 2; AttentionConfig.magnitude_eps default): Z = J for clones is singular
+EPS = 1e-3  # Tikhonov eps (the write-up's step 2; AttentionConfig.magnitude_eps default): Z = J for clones is singular
 
 
 @functools.lru_cache(maxsize=None)
@@ -31,7 +31,7 @@ def _effective() -> dict:
     return demo.effective_number()
 
 
-@check("hijack-unique", seed="000", claimed=20 / 70, label="20/70", relation="=", tolerance=1e-12,
+@check("hijack-unique", writeup="magnitude", claimed=20 / 70, label="20/70", relation="=", tolerance=1e-12,
        basis="float64 rounding of exp(ln 20)",
        claim="Hijacking: one key with exp score 20 against 50 keys with exp score 1: softmax weight of the unique key")
 def hijack_unique() -> dict:
@@ -39,16 +39,16 @@ def hijack_unique() -> dict:
     return {"measured": h["softmax"]["unique"], "note": "attnlab.attention weights via magnitude_demo.hijacking()"}
 
 
-@check("hijack-cluster", seed="000", claimed=50 / 70, label="50/70", relation="=", tolerance=1e-12,
+@check("hijack-cluster", writeup="magnitude", claimed=50 / 70, label="50/70", relation="=", tolerance=1e-12,
        basis="float64 rounding of exp(ln 20)",
        claim="Hijacking: total softmax weight of the 50-key cluster")
 def hijack_cluster() -> dict:
     return {"measured": _hijacking()["softmax"]["cluster"]}
 
 
-@check("clones-each", seed="000", claimed=1 / (50 + EPS), label="1/(N+eps)", relation="=", tolerance=1e-10,
+@check("clones-each", writeup="magnitude", claimed=1 / (50 + EPS), label="1/(N+eps)", relation="=", tolerance=1e-10,
        digits=6, basis="cond(J + eps I) = 5e4 times float64 eps",
-       claim="N = 50 identical keys: each magnitude weight mu_j = 1/N (seed: 1/50 = 0.02; with Tikhonov eps = 1e-3: "
+       claim="N = 50 identical keys: each magnitude weight mu_j = 1/N (write-up: 1/50 = 0.02; with Tikhonov eps = 1e-3: "
              "1/(N + eps)); the mu_j farthest from it")
 def clones_each(n: int = 50, eps: float = EPS) -> dict:
     mu = M.magnitude_weights(torch.zeros(n, 8, dtype=torch.float64), 1.0, eps=eps)
@@ -58,7 +58,7 @@ def clones_each(n: int = 50, eps: float = EPS) -> dict:
             "note": f"attnlab.magnitude_weights, Cholesky; spread max-min = {float(mu.max() - mu.min()):.1e}"}
 
 
-@check("clones-sum", seed="000", claimed=50 / (50 + EPS), label="N/(N+eps)", relation="=", tolerance=1e-10,
+@check("clones-sum", writeup="magnitude", claimed=50 / (50 + EPS), label="N/(N+eps)", relation="=", tolerance=1e-10,
        digits=6, basis="cond(J + eps I) = 5e4 times float64 eps",
        claim="N = 50 identical keys: their weights sum to 1 (|X| = N/(N + eps) with eps = 1e-3)")
 def clones_sum() -> dict:
@@ -66,7 +66,7 @@ def clones_sum() -> dict:
     return {"measured": c["magnitude"], "claimed": c["closed_form"], "note": "magnitude_demo.cluster_collapse()"}
 
 
-@check("isolated-key", seed="000", claimed=1 / (1 + EPS), label="1/(1+eps)", relation="=", tolerance=1e-9,
+@check("isolated-key", writeup="magnitude", claimed=1 / (1 + EPS), label="1/(1+eps)", relation="=", tolerance=1e-9,
        digits=6, basis="cross similarity exp(-27) ~ 1e-12, and rounding",
        claim="A key with no neighbours (Z_ij ~ 0) keeps mu_i = 1: the unique key of the hijacking example (eps = 1e-3)")
 def isolated_key() -> dict:
@@ -74,14 +74,14 @@ def isolated_key() -> dict:
             "note": "global magnitude weight of the unique key, magnitude_demo.hijacking()"}
 
 
-@check("three-far", seed="000", claimed=3.0, relation="=", tolerance=1e-12, basis="float64 rounding (Z = I exactly)",
+@check("three-far", writeup="magnitude", claimed=3.0, relation="=", tolerance=1e-12, basis="float64 rounding (Z = I exactly)",
        claim="3 keys far apart give 3 units of information: |X| = 3")
 def three_far() -> dict:
     return {"measured": _effective()["far_apart"],
             "note": "magnitude_demo.effective_number(): 100 e_1, 100 e_2, 100 e_3"}
 
 
-@check("three-clones", seed="000", claimed=3 / (3 + EPS), label="3/(3+eps)", relation="=", tolerance=1e-10,
+@check("three-clones", writeup="magnitude", claimed=3 / (3 + EPS), label="3/(3+eps)", relation="=", tolerance=1e-10,
        digits=6, basis="cond(J + eps I) = 3e3 times float64 eps",
        claim="3 identical keys give 1 unit of information: |X| = 1 (with eps = 1e-3: 3/(3 + eps))")
 def three_clones() -> dict:
@@ -91,7 +91,7 @@ def three_clones() -> dict:
                     f"|X| = {e['clones']:.6f}"}
 
 
-@check("three-between", seed="000", claimed=0.0, label="0", relation=">", tolerance=0.0, basis="strict inequality",
+@check("three-between", writeup="magnitude", claimed=0.0, label="0", relation=">", tolerance=0.0, basis="strict inequality",
        claim="3 somewhat similar keys give between 1 and 3 units: min over 7 scales t of the distance of |X| from "
              "the nearer end of (1, 3)")
 def three_between() -> dict:
@@ -104,7 +104,7 @@ def three_between() -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _additivity(separations=(0.0, 2.0, 4.0, 8.0, 16.0, 24.0)) -> dict:
-    """|X u (Y + s e_1)| - |X| - |Y| for X: 8 points, Y: 6 points ~ N(0, I_4) (t = 1, the seed's Gaussian)."""
+    """|X u (Y + s e_1)| - |X| - |Y| for X: 8 points, Y: 6 points ~ N(0, I_4) (t = 1, the write-up's Gaussian)."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(8, 4, generator=g, dtype=torch.float64)
     y = torch.randn(6, 4, generator=g, dtype=torch.float64)
@@ -118,7 +118,7 @@ def _additivity(separations=(0.0, 2.0, 4.0, 8.0, 16.0, 24.0)) -> dict:
     return {"mx": mx, "my": my, "by_separation": out}
 
 
-@check("additivity-far", seed="000", claimed=0.0, relation="=", tolerance=1e-12, volatile=True,
+@check("additivity-far", writeup="magnitude", claimed=0.0, relation="=", tolerance=1e-12, volatile=True,
        basis="float64 rounding of the distances at offset 24",
        claim="Information additivity: |X u Y| -> |X| + |Y| for far-apart sets: relative gap (|X u Y| - |X| - |Y|) / "
              "(|X| + |Y|) at centre distance 24 (8 and 6 points, N(0, I_4), t = 1)")
@@ -130,7 +130,7 @@ def additivity_far() -> dict:
                     + ", ".join(f"{s:g}: {v['gap']:.2e}" for s, v in a["by_separation"].items())}
 
 
-@check("additivity-finite", seed="000", kind="obs", claimed=0.0, relation=">", tolerance=1e-9,
+@check("additivity-finite", writeup="magnitude", kind="obs", claimed=0.0, relation=">", tolerance=1e-9,
        basis="far above the rounding gap",
        claim="[obs] Additivity is only a limit: at centre distance 4 (two cloud widths) the sets still overlap, "
              "|relative gap| (|X u Y| < |X| + |Y| here)")
@@ -143,7 +143,7 @@ def additivity_finite() -> dict:
 
 # ------------------------------------------------------------------------------ claims our measurements refute
 #
-# Three statements of seed 000 that independent measurements (the magnitude docs page, docs/magnitude.md)
+# Three statements of the write-up that independent measurements (the magnitude docs page, docs/magnitude.md)
 # contradict. They are kept as claim rows, measured like every other row, and recorded as refuted, each with its
 # reason (``because``): the ledger shows them instead of hiding them (tests/test_claims.py expects exactly these).
 
@@ -160,7 +160,7 @@ def _near_clone_keys(n: int, gap: float) -> torch.Tensor:
     return x
 
 
-@check("stable-weights", seed="000", claimed=STABLE_AMPLIFICATION, relation="<=", tolerance=0.0, digits=3,
+@check("stable-weights", writeup="magnitude", claimed=STABLE_AMPLIFICATION, relation="<=", tolerance=0.0, digits=3,
        basis="criterion: float32 key rounding (6e-8) must leave mu good to 1e-4", expect="refuted",
        because="near-clones: unique but not stable; cond(Z) ~ 1e10 amplifies key perturbations ~1e5-fold",
        claim="Kernel section: keys that are not perfect clones give 'exactly one stable, unique' solution of "
@@ -197,7 +197,7 @@ def _amplification(x: torch.Tensor, t: float, eps: float, rel: float, directions
             "cond": float(torch.linalg.cond(M.tikhonov(M.similarity(x, t), eps))), "jitter": float(info.jitter.max())}
 
 
-@check("cg-5-iterations", seed="000", claimed=CG_ERROR, relation="<=", tolerance=0.0, digits=3,
+@check("cg-5-iterations", writeup="magnitude", claimed=CG_ERROR, relation="<=", tolerance=0.0, digits=3,
        basis="criterion: 'optimal' read as within 1% of exact", expect="refuted",
        because="5 CG iterations leave 12% (iid keys, t = 0.1) to 25% (rank-4 keys) error in |X|: cond(Z) grows like "
                "1/t^2 for iid keys",
@@ -223,7 +223,7 @@ def cg_5_iterations(iterations: int = 5, eps: float = EPS) -> dict:
 
 def _cluster_units(form: str) -> dict:
     """Value mass sum_{j in cluster} p_j g_j of the hijacking example's 50 clones, in units of one member's
-    Score . V (p_c = its softmax weight): the seed's 50 (Score 0.02 V) = 1.0 Score V. beta = 1, gamma = 0."""
+    Score . V (p_c = its softmax weight): the write-up's 50 (Score 0.02 V) = 1.0 Score V. beta = 1, gamma = 0."""
     h = _hijacking()
     unit = h["softmax"]["cluster"] / demo.CLUSTER  # Score of one cluster member (1/70)
     mass = h["value_mass"][f"global/{form}"]
@@ -234,7 +234,7 @@ def _cluster_units(form: str) -> dict:
                     f"alone: {h['softmax']['cluster'] / h['softmax']['unique']:.3g})"}
 
 
-@check("gate-sigmoid-collapse", seed="000", claimed=50 / (50 + EPS), label="N/(N+eps)", relation="=",
+@check("gate-sigmoid-collapse", writeup="magnitude", claimed=50 / (50 + EPS), label="N/(N+eps)", relation="=",
        tolerance=1e-9, digits=6, basis="cross similarity exp(-27) ~ 1e-12, and rounding", expect="refuted",
        because="sigmoid(0.02) = 0.505: the 50 duplicates keep ~25 units, not 1 (the linear gate does collapse them)",
        claim="Step 3: with Gate_j = sigmoid(beta mu_j + gamma), beta = 1, gamma = 0, a cluster of 50 duplicates is "
@@ -244,9 +244,9 @@ def gate_sigmoid_collapse(form: str = "sigmoid") -> dict:
     return _cluster_units(form)
 
 
-@check("gate-linear-collapse", seed="000", kind="obs", claimed=50 / (50 + EPS), label="N/(N+eps)", relation="=",
+@check("gate-linear-collapse", writeup="magnitude", kind="obs", claimed=50 / (50 + EPS), label="N/(N+eps)", relation="=",
        tolerance=1e-9, digits=6, basis="cross similarity exp(-27) ~ 1e-12, and rounding",
-       claim="[obs] The seed's arithmetic needs a gate that passes mu through: the linear gate clamp(beta mu_j + "
+       claim="[obs] The write-up's arithmetic needs a gate that passes mu through: the linear gate clamp(beta mu_j + "
              "gamma, 0, 1) (beta = 1, gamma = 0) does collapse the cluster to 1 unit: the same value mass")
 def gate_linear_collapse(form: str = "linear") -> dict:
     return _cluster_units(form)

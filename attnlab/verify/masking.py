@@ -1,4 +1,4 @@
-"""Seed 002 (masking, positional encodings): the two masking forms, the sinusoidal table, permutation invariance.
+"""The masking write-up (Masking and positional encodings): the two masking forms, the sinusoidal table, permutation invariance.
 
 Measured on attnlab's own code: attnlab.functional.attention with both mask forms, sinusoidal_table, and
 attnlab.GPT with pos_encoding none / learned / sinusoidal (float64, eval mode, fixed seeds).
@@ -17,7 +17,7 @@ from ..model import GPT
 from .ledger import check
 
 
-@check("mask-forms", seed="002", claimed=0.0, relation="=", tolerance=1e-14, volatile=True,
+@check("mask-forms", writeup="masking", claimed=0.0, relation="=", tolerance=1e-14, volatile=True,
        basis="float64 rounding of exp, log, division on values <= 1",
        claim="Adding -inf inside the softmax equals zeroing the future entries of softmax(z) and renormalising: "
              "max |difference| of weights and outputs (mask_form additive vs renormalize)")
@@ -38,7 +38,7 @@ def mask_forms(scale: float = 3.0, renormalise: bool = True) -> dict:
             "note": f"B=2, H=3, S=24, d=16; max|dW| = {dw:.1e}, max|dO| = {do:.1e}"}
 
 
-@check("sinusoidal-formula", seed="002", claimed=0.0, relation="=", tolerance=1e-12, volatile=True,
+@check("sinusoidal-formula", writeup="masking", claimed=0.0, relation="=", tolerance=1e-12, volatile=True,
        basis="float64 rounding of sin/cos at arguments <= 64",
        claim="Sinusoidal encodings p_{i,2k} = sin(i/phi_k), p_{i,2k+1} = cos(i/phi_k), phi_k = 10000^(2k/d_model): "
              "max |attnlab table - formula| (k counted from 0)")
@@ -50,7 +50,7 @@ def sinusoidal_formula(n: int = 64, d_model: int = 32) -> dict:
             phi = 10000.0 ** (2 * k / d_model)
             ref[i, 2 * k], ref[i, 2 * k + 1] = math.sin(i / phi), math.cos(i / phi)
     return {"measured": float(np.abs(table - ref).max()),
-            "note": "the seed writes k = 1..d_model/2, which would index dimension d_model; attnlab (and Vaswani et "
+            "note": "the write-up writes k = 1..d_model/2, which would index dimension d_model; attnlab (and Vaswani et "
                     "al.) count k from 0"}
 
 
@@ -87,7 +87,7 @@ def _permutation_change(pos: str, n_layer: int, n_perms: int = 6, t: int = 12) -
 _PERM_SETUP = "; GPT n_embd=32, 2 heads, float64, 12 distinct tokens, 6 random permutations at each i"
 
 
-@check("perm-none-1layer", seed="002", claimed=0.0, relation="=", tolerance=1e-12, volatile=True,
+@check("perm-none-1layer", writeup="masking", claimed=0.0, relation="=", tolerance=1e-12, volatile=True,
        basis="float64 rounding (sums in another order)",
        claim="Without positional encodings, causal output i is unchanged by any permutation of tokens 1..i-1 "
              "(one attention layer): max relative change of the logits at i")
@@ -97,7 +97,7 @@ def perm_none_1layer() -> dict:
     return out
 
 
-@check("perm-learned", seed="002", claimed=0.0, label="0 (changes)", relation=">", tolerance=1e-9,
+@check("perm-learned", writeup="masking", claimed=0.0, label="0 (changes)", relation=">", tolerance=1e-9,
        basis="far above float64 rounding (1e-16)",
        claim="With learned positional encodings (GPT-2) output i changes under those permutations: max relative "
              "change of the logits at i (1 layer)")
@@ -107,7 +107,7 @@ def perm_learned() -> dict:
     return out
 
 
-@check("perm-sinusoidal", seed="002", claimed=0.0, label="0 (changes)", relation=">", tolerance=1e-9,
+@check("perm-sinusoidal", writeup="masking", claimed=0.0, label="0 (changes)", relation=">", tolerance=1e-9,
        basis="far above float64 rounding (1e-16)",
        claim="With sinusoidal encodings output i changes under those permutations: max relative change of the "
              "logits at i (1 layer)")
@@ -117,7 +117,7 @@ def perm_sinusoidal() -> dict:
     return out
 
 
-@check("perm-none-2layer", seed="002", kind="obs", claimed=0.0, label="0 (changes)", relation=">", tolerance=1e-9,
+@check("perm-none-2layer", writeup="masking", kind="obs", claimed=0.0, label="0 (changes)", relation=">", tolerance=1e-9,
        basis="far above float64 rounding (1e-16)",
        claim="[obs] The invariance is a one-layer fact: with 2 causal layers and no positions output i changes, "
              "since layer-1 outputs at j < i saw different prefixes (cf. Haviv et al. 2022): max relative change")
