@@ -10,7 +10,10 @@ switches are defined by the functions that compute them (:mod:`attnlab.functiona
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .configio import from_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
@@ -73,6 +76,8 @@ class AttentionConfig:
     """Landmarks r of `magnitude_solver="lowrank"` (1 <= r <= block_size)."""
     magnitude_chunk: int = 64
     """Positions per block of the lowrank solver's chunked solve, and queries per block of the prefix form's block-wise attention (the same numbers for any value; a speed knob)."""
+    magnitude_block: int | None = None
+    """Queries per block of the prefix form's block-wise attention (low-rank solver; the same numbers for any value, a speed knob); `None`: `magnitude_chunk` on the CPU and at least 256 on other devices, where every block costs a fixed number of kernel launches."""
     magnitude_cg_iters: int = 5
     """CG iterations when `magnitude_solver="cg"` (Magnitude Attention write-up: "3-5 iterations")."""
     magnitude_gate: str = "clamp"
@@ -147,7 +152,7 @@ class AttentionConfig:
             raise ConfigError(f"attention.count_prior=true needs causal softmax attention (counts over each query's "
                               f"prefix, a prior inside the softmax); got causal={self.causal}, "
                               f"normalizer={self.normalizer!r}")
-        if self.backend == "sdpa" and not self.sdpa_compatible:
+        if self.backend == "sdpa" and route(self.replace(backend="auto")).path != "sdpa":
             extra = ", magnitude='prefix' (a per-(i, j) gate)" if self.magnitude == "prefix" else ""  # on the values
             extra += f", head_mix={self.head_mix!r} (logits mixed across heads)" if self.head_mix in LOGIT_MIXES \
                 else ""
@@ -171,6 +176,8 @@ class AttentionConfig:
         check_number("attention.magnitude_cg_iters", self.magnitude_cg_iters, low=1, integer=True)
         check_number("attention.magnitude_rank", self.magnitude_rank, low=1, integer=True)
         check_number("attention.magnitude_chunk", self.magnitude_chunk, low=1, integer=True)
+        if self.magnitude_block is not None:
+            check_number("attention.magnitude_block", self.magnitude_block, low=1, integer=True)
         if self.magnitude_gate in GATE_ALIASES:  # an earlier name of a gate: the config holds today's
             object.__setattr__(self, "magnitude_gate", GATE_ALIASES[self.magnitude_gate])
         check_choice("attention.magnitude_gate", self.magnitude_gate, MAGNITUDE_GATES)
@@ -310,18 +317,6 @@ class AttentionConfig:
         the largest value of q.k / sqrt(d) when q and k have unit-variance entries (|q| |k| / sqrt(d) ~ sqrt(d))."""
         return head_dim ** 0.5 if self.qk_norm_scale is None else self.qk_norm_scale
 
-    @property
-    def sdpa_compatible(self) -> bool:
-        """True when the math reduces to softmax(q.k' * s + mask) v, which PyTorch's SDPA computes.
-
-        A per-key magnitude gate ("global", "causal") multiplies v and keeps this; the per-(i, j) "prefix" gate
-        multiplies each weight p_ij and does not. As a logit prior (magnitude_apply="logits") every form is part of
-        the float mask and keeps it.
-        """
-        return uses_sdpa(normalizer=self.normalizer, causal=self.causal, mask_form=self.mask_form,
-                         value_gate=self.magnitude == "prefix" and self.magnitude_apply == "values",
-                         head_mix=self.head_mix in LOGIT_MIXES)
-
     def replace(self, **changes) -> "AttentionConfig":
         return dataclasses.replace(self, **changes)
 
@@ -330,5 +325,76 @@ class AttentionConfig:
         return from_dict(cls, data, where="attention")
 
 
-__all__ = ["AttentionConfig", "LEARNED_MODES", "MAGNITUDE_APPLY", "MAGNITUDE_FORMS", "PROJECTION_MODES",
+class Route(NamedTuple):
+    """How one attention layer computes, decided once by :func:`route`.
+
+    path: "sdpa" (torch's fused scaled_dot_product_attention, masks and priors as a float mask), "explicit" (the
+    formula step by step, [T, T] weights) or "prefix_blocks" (the low-rank prefix magnitude form block by block,
+    attnlab.mechanisms.magnitude.prefix_blocks: no [T, T] matrix kept).
+    forced: why a request took a slower path than the configuration's own (None when it did not).
+    cacheable: whether a K/V cache gives exactly the full forward's output (causal, no magnitude weights, no count
+    prior: those need the whole prefix at every token, attnlab.nn.kv_cache).
+    """
+
+    path: str
+    forced: str | None
+    cacheable: bool
+
+
+ROUTES = ("sdpa", "explicit", "prefix_blocks")
+GPU_MIN_BLOCK = 256  # magnitude_block=None on a device other than the CPU: at least this many queries per block
+
+
+def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool = False) -> Route:
+    """The one decision of how a layer with config ``cfg`` computes its attention.
+
+    return_weights: the caller wants the [T, T] weights; dropout: attention dropout is active (training with
+    dropout > 0). Either can force a slower path (the prefix blocks keep no weights and have no dropout; SDPA
+    returns no weights); :func:`say_route` logs it once.
+
+    - "prefix_blocks" for the prefix magnitude form with the low-rank solver inside causal dot-product softmax with
+      the additive mask, no head mixing inside the softmax, no count prior and backend "auto";
+    - else "sdpa" whenever the options reduce to softmax(q k' s + mask) v (attnlab.functional.attention.uses_sdpa:
+      a per-key magnitude gate on v and any logit prior keep it; the per-(i, j) value gate and logits mixed across
+      heads do not) and backend is not "explicit";
+    - else "explicit".
+    """
+    logit_mix = cfg.head_mix in LOGIT_MIXES
+    blocks = (cfg.magnitude == "prefix" and cfg.magnitude_solver == LOWRANK and not cfg.count_prior and cfg.causal
+              and cfg.kernel == "dot" and cfg.normalizer == "softmax" and cfg.mask_form == "additive"
+              and cfg.backend == "auto" and not logit_mix)
+    value_gate = cfg.magnitude == "prefix" and cfg.magnitude_apply == "values"
+    reducible = uses_sdpa(normalizer=cfg.normalizer, causal=cfg.causal, mask_form=cfg.mask_form,
+                          value_gate=value_gate, head_mix=logit_mix)
+    general = "sdpa" if reducible and cfg.backend != "explicit" and not return_weights else "explicit"
+    own = "prefix_blocks" if blocks else ("sdpa" if reducible and cfg.backend != "explicit" else "explicit")
+    reasons = []
+    if return_weights and own != "explicit":
+        reasons.append("the weights were requested")
+    if dropout and own == "prefix_blocks":
+        reasons.append("attention dropout is on")
+    path = general if reasons else own
+    forced = None if not reasons else f"{' and '.join(reasons)}: the {own} path gives way to the {path} one"
+    if reasons and cfg.backend == "sdpa":
+        raise ConfigError(f"attention.backend='sdpa' cannot compute this request ({' and '.join(reasons)}); use "
+                          f"backend='auto' or 'explicit'")
+    cacheable = cfg.causal and cfg.magnitude == "off" and not cfg.count_prior
+    return Route(path, forced, cacheable)
+
+
+@functools.cache
+def say_route(forced: str) -> None:
+    """Log a forced route once per process (the reason is the key)."""
+    logging.getLogger("attnlab").info("attention: %s", forced)
+
+
+def prefix_block(cfg: "AttentionConfig", device_type: str) -> int:
+    """Queries per block on the "prefix_blocks" path: magnitude_block, or by default magnitude_chunk on the CPU
+    and at least GPU_MIN_BLOCK elsewhere (docs/speed.md has the chunk sweep behind the minimum)."""
+    if cfg.magnitude_block is not None:
+        return cfg.magnitude_block
+    return cfg.magnitude_chunk if device_type == "cpu" else max(cfg.magnitude_chunk, GPU_MIN_BLOCK)
+
+
+__all__ = ["AttentionConfig", "GPU_MIN_BLOCK", "ROUTES", "Route", "prefix_block", "route", "say_route", "LEARNED_MODES", "MAGNITUDE_APPLY", "MAGNITUDE_FORMS", "PROJECTION_MODES",
            "QK_NORMS"]

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .attention_config import route
 from .config import GPTConfig
 from .errors import ConfigError
 from .mechanisms.count_prior.reference import count_log_prior
@@ -123,8 +124,7 @@ class GPT(nn.Module):
     def cache_exact(self) -> bool:
         """Whether a K/V cache gives exactly the logits of a full forward: causal attention without a magnitude
         gate in every layer (attnlab.nn.kv_cache says why the gated forms need the whole prefix)."""
-        return all(b.attn.config.causal and b.attn.magnitude is None and not b.attn.config.count_prior
-                   for b in self.blocks)
+        return all(route(b.attn.config).cacheable for b in self.blocks)
 
     def new_cache(self) -> KVCache:
         """An empty K/V cache for forward(..., cache=) of up to block_size positions."""

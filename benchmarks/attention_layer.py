@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab import GPTConfig, variants
+from attnlab.attention_config import route
 from attnlab.functional import attention
 from attnlab.nn import Attention
 from attnlab.mechanisms.magnitude.module import record_magnitude_stats
@@ -118,7 +119,7 @@ def main(argv=None):
         cfg = GPTConfig(n_head=args.heads, n_embd=n_embd, block_size=args.seq, attention=name).resolved_attention()
         layer = Attention(cfg, n_embd).to(device, dtype)
         record_magnitude_stats(layer, False)  # as in training: gate statistics only on logged steps
-        row = {"variant": name, "sdpa_path": cfg.sdpa_compatible and cfg.backend != "explicit"}
+        row = {"variant": name, "sdpa_path": route(cfg).path == "sdpa"}
         for mode, make, inp in (("fwd", fwd, x), ("fwd_bwd", fwd_bwd, x_grad)):
             ours, ref = compare(make(layer, inp), make(reference, inp), device, args.warmup, args.repeats)
             row[f"layer_{mode}_ms"], row[f"sdpa_layer_{mode}_ms"] = round(ours, 3), round(ref, 3)

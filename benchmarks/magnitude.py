@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attention_layer import RawSDPALayer, _sync, add_shape_args, compare, fwd, fwd_bwd  # noqa: E402  (benchmarks/ helpers)
 
 from attnlab import GPTConfig  # noqa: E402
-from attnlab.mechanisms.magnitude import prefix_blocks  # noqa: E402
+from attnlab.attention_config import prefix_block, route  # noqa: E402
 from attnlab.nn import Attention  # noqa: E402
 
 # row name -> (AttentionConfig overrides, causal); the variants' own defaults otherwise (eps 1e-3, clamp gate, t 1)
@@ -112,14 +112,14 @@ def peak_memory_mb(fn, device) -> tuple[float, str]:
 
 
 def build(name: str, seq: int, heads: int, head_dim: int, device, dtype, chunk: int | None = None):
-    """The row's layer and its raw-SDPA reference; chunk sets magnitude_chunk (the low-rank solver's chunk and the
-    block of lowrank_prefix_attention) for the rows given as overrides."""
+    """The row's layer and its raw-SDPA reference; chunk sets magnitude_chunk and magnitude_block (the low-rank
+    solver's chunk and the block of lowrank_prefix_attention) for the rows given as overrides."""
     attention, causal = FORMS[name]
     if chunk is not None:
         if name not in CHUNKED:
             raise SystemExit(f"--rows: {name}:{seq}:{chunk} sets a chunk, which only the low-rank rows given as "
                              f"overrides take ({', '.join(CHUNKED)})")
-        attention = {**attention, "magnitude_chunk": chunk}
+        attention = {**attention, "magnitude_chunk": chunk, "magnitude_block": chunk}  # the block on every device
     n_embd = heads * head_dim
     cfg = GPTConfig(n_head=heads, n_embd=n_embd, block_size=seq, attention=attention).resolved_attention()
     reference = (RawSDPALayer if causal else RawSDPABidirectional)(n_embd, heads)
@@ -184,8 +184,6 @@ def main(argv=None):
         return
     results, memory_method, load_before = [], None, os.getloadavg()
     rows = [parse_row(r) for r in args.rows]
-    if any(chunk is not None for _, _, chunk in rows):  # a row's chunk is its block on every device (no minimum)
-        prefix_blocks.DEVICE_MIN_BLOCK = 1
     for name, seq, chunk in rows:
         layer, reference, cfg = build(name, seq, args.heads, args.head_dim, device, dtype, chunk)
         x = torch.randn(args.batch, seq, args.heads * args.head_dim, device=device, dtype=dtype)
@@ -194,8 +192,8 @@ def main(argv=None):
                "causal": cfg.causal}
         if chunk is not None:
             row["chunk"] = chunk
-        if layer.uses_prefix_blocks:  # the block lowrank_prefix_attention runs with on this device
-            row["block"] = prefix_blocks.block_for(cfg.magnitude_chunk, device.type)
+        if route(cfg).path == "prefix_blocks":  # the block lowrank_prefix_attention runs with on this device
+            row["block"] = prefix_block(cfg, device.type)
         for mode, make, inp in (("fwd", fwd, x), ("fwd_bwd", fwd_bwd, x_grad)):
             ours, ref = compare(make(layer, inp), make(reference, inp), device, args.warmup, args.repeats)
             row[f"{mode}_ms"], row[f"sdpa_{mode}_ms"], row[f"{mode}_ratio"] = round(ours, 2), round(ref, 2), round(ours / ref, 3)

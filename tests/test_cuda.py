@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from attnlab import GPT, GPTConfig, attention, variants
+from attnlab.attention_config import route
 from attnlab.mechanisms.count_prior.reference import count_log_prior
 from attnlab.nn import Attention
 from attnlab.train.trainer import configure_tf32
@@ -72,7 +73,7 @@ def test_the_lowrank_prefix_block_path_on_the_gpu(apply):
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=VOCAB, block_size=64, n_layer=1, n_head=4, n_embd=64, attention=attn)
     layer = Attention(cfg.resolved_attention(), 64)
-    assert layer.uses_prefix_blocks
+    assert route(layer.config).path == "prefix_blocks"
     x = torch.randn(2, 64, 64)
     ref = layer.double()(x.double())
     out = layer.float().to(CUDA)(x.to(CUDA)).double().cpu()

@@ -397,7 +397,7 @@ def test_the_gpu_block_sweep_prose_is_the_saved_benchmark():
     assert (f"slower of the two by {at['lowrank-prefix', 1024, 64]['fwd_bwd_ms'] / at['lowrank-prefix-explicit', 1024, None]['fwd_bwd_ms']:.1f}x"
             " at T = 1024") in speed
     long = {(r["row"], r["seq"]): r for r in json.loads((cuda / "magnitude_long.json").read_text())["results"]}
-    assert all(long["lowrank-prefix", t]["block"] == 256 for t in (1024, 2048))  # measured with block_for's minimum
+    assert all(long["lowrank-prefix", t]["block"] == 256 for t in (1024, 2048))  # measured with prefix_block's default minimum
     blocks = [long["lowrank-prefix", t] for t in (1024, 2048)]
     explicit = [long["lowrank-prefix-explicit", t] for t in (1024, 2048)]
     assert ("The blocks cost " + " / ".join(f"{b['fwd_bwd_ms'] / e['fwd_bwd_ms']:.2f}x" for b, e in zip(blocks, explicit))

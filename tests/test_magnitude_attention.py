@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from attnlab import GPT, Attention, AttentionConfig, GPTConfig, get_variant, variant_info
+from attnlab.attention_config import route
 from attnlab.functional import attention, uses_sdpa
 from attnlab.mechanisms.magnitude import reference as M
 from attnlab.mechanisms.magnitude import fused as K
@@ -45,7 +46,7 @@ def numpy_gate(w, beta, gamma, form):
 
 def test_defaults_keep_todays_behaviour():
     cfg = AttentionConfig()
-    assert cfg.magnitude == "off" and not cfg.allow_future_leak and cfg.sdpa_compatible
+    assert cfg.magnitude == "off" and not cfg.allow_future_leak and route(cfg).path == "sdpa"
     assert Attention(cfg.replace(n_head=2, n_kv_head=2), 16).magnitude is None
 
 
@@ -75,9 +76,9 @@ def test_global_form_is_refused_in_a_causal_gpt_unless_opted_in():
 
 
 def test_per_key_forms_keep_sdpa_and_the_prefix_form_does_not():
-    assert AttentionConfig(magnitude="causal", backend="sdpa").sdpa_compatible
-    assert AttentionConfig(magnitude="global", causal=False, backend="sdpa").sdpa_compatible
-    assert not AttentionConfig(magnitude="prefix").sdpa_compatible
+    assert route(AttentionConfig(magnitude="causal", backend="sdpa")).path == "sdpa"
+    assert route(AttentionConfig(magnitude="global", causal=False, backend="sdpa")).path == "sdpa"
+    assert route(AttentionConfig(magnitude="prefix")).path == "explicit"
 
 
 def test_variants_are_registered_with_notes():

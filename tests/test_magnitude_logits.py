@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from attnlab import Attention, AttentionConfig, get_variant, variant_info
+from attnlab.attention_config import route
 from attnlab.functional import attention
 from attnlab.mechanisms.magnitude import reference as M
 from attnlab.mechanisms.magnitude import fused as K
@@ -67,8 +68,8 @@ def test_every_form_takes_the_prior_and_keeps_sdpa():
     assert AttentionConfig().magnitude_apply == "values"  # today's gate stays the default
     for form, causal in (("global", False), ("causal", True), ("prefix", True)):
         cfg = AttentionConfig(magnitude=form, magnitude_apply="logits", causal=causal, backend="sdpa")
-        assert cfg.sdpa_compatible
-    assert not AttentionConfig(magnitude="prefix").sdpa_compatible  # the value gate per (i, j) still does not
+        assert route(cfg).path == "sdpa"
+    assert route(AttentionConfig(magnitude="prefix")).path == "explicit"  # the value gate per (i, j) still does not
 
 
 def test_variants_are_registered():
@@ -100,7 +101,7 @@ def test_no_gate_parameters_and_t_learns_through_the_sdpa_mask():
     reaches log t through it (a fused kernel that dropped the mask's gradient would leave it 0)."""
     cfg = get_variant("magnitude-causal-logits").replace(n_head=2, n_kv_head=1, magnitude_t=0.5)
     layer = Attention(cfg, 16)
-    assert cfg.sdpa_compatible and layer.magnitude.beta is None and layer.magnitude.gamma is None
+    assert route(cfg).path == "sdpa" and layer.magnitude.beta is None and layer.magnitude.gamma is None
     assert {n for n, _ in layer.magnitude.named_parameters()} == {"log_t"}
     layer(torch.randn(2, 12, 16)).square().sum().backward()
     grad = layer.magnitude.log_t.grad

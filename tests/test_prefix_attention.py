@@ -4,10 +4,11 @@ written out densely in float64, and the Attention layer that uses it against the
 import pytest
 import torch
 
-from attnlab import GPT, GPTConfig
+from attnlab import GPT, AttentionConfig, GPTConfig
+from attnlab.attention_config import GPU_MIN_BLOCK, prefix_block, route
 from attnlab.mechanisms.magnitude.prefix_blocks import lowrank_prefix_attention
 from attnlab.nn import Attention
-from helpers import LEAK_TOL, VOCAB, T, max_leak
+from helpers import LEAK_TOL, VOCAB, T, max_leak, one_line_error
 
 
 def _dense(q, k, v, phi, lam, c, beta, gamma, gate, scale, floor=None):
@@ -126,7 +127,7 @@ def test_the_layer_takes_the_block_path_and_agrees_with_the_explicit_one(gate, n
     lowrank_prefix_attention unless backend="explicit" (then the [T, T] gate or prior goes through attention());
     same output and parameter gradients to 1e-10 in float64, with GQA / MQA."""
     fused, explicit = _layers(gate, n_kv_head, apply=apply)
-    assert fused.uses_prefix_blocks and not explicit.uses_prefix_blocks
+    assert route(fused.config).path == "prefix_blocks" and route(explicit.config).path == "explicit"
     x = torch.randn(2, 40, 32, dtype=torch.float64)
     out_f, out_e = fused(x), explicit(x)
     torch.testing.assert_close(out_f, out_e, rtol=0, atol=1e-10)
@@ -163,19 +164,24 @@ def test_the_block_path_does_not_leak_the_future(apply):
                     attention={"magnitude": "prefix", "magnitude_solver": "lowrank", "magnitude_rank": 5,
                                "magnitude_chunk": 3, "magnitude_apply": apply})
     model = GPT(cfg)
-    assert all(block.attn.uses_prefix_blocks for block in model.blocks)
+    assert all(route(block.attn.config).path == "prefix_blocks" for block in model.blocks)
     assert max_leak(model) < LEAK_TOL
 
 
-def test_the_block_is_the_chunk_on_the_cpu_and_at_least_256_on_a_gpu(monkeypatch):
-    """block_for: magnitude_chunk on the CPU; max(chunk, 256) elsewhere, where every block costs a fixed number of
-    kernel launches (docs/speed.md has the H200's chunk sweep). The layer passes the block it computes for the
-    device of its inputs (captured here on the CPU, with magnitude_chunk = 24)."""
+def test_the_block_is_a_config_value_and_by_default_the_chunk_on_the_cpu_and_at_least_256_elsewhere(monkeypatch):
+    """prefix_block: magnitude_block when set; otherwise magnitude_chunk on the CPU and max(chunk, 256) on other
+    devices, where every block costs a fixed number of kernel launches (docs/speed.md has the chunk sweep). The
+    layer passes the block of its config for the device of its inputs (captured here on the CPU)."""
     import attnlab.nn.attention as attention_module
-    from attnlab.mechanisms.magnitude.prefix_blocks import DEVICE_MIN_BLOCK, block_for
 
-    assert DEVICE_MIN_BLOCK == 256
-    assert [block_for(64, "cpu"), block_for(300, "cpu"), block_for(64, "cuda"), block_for(512, "cuda")] == [64, 300, 256, 512]
+    def cfg(**extra):
+        return AttentionConfig(magnitude="prefix", magnitude_solver="lowrank", **extra)
+
+    assert GPU_MIN_BLOCK == 256
+    assert [prefix_block(cfg(), "cpu"), prefix_block(cfg(magnitude_chunk=300), "cpu"), prefix_block(cfg(), "cuda"),
+            prefix_block(cfg(magnitude_chunk=512), "cuda")] == [64, 300, 256, 512]
+    assert [prefix_block(cfg(magnitude_block=16), device) for device in ("cpu", "cuda")] == [16, 16]
+    one_line_error(lambda: cfg(magnitude_block=0), "attention.magnitude_block")
     seen = []
 
     def spy(*args, block, **kwargs):
@@ -183,8 +189,33 @@ def test_the_block_is_the_chunk_on_the_cpu_and_at_least_256_on_a_gpu(monkeypatch
         return lowrank_prefix_attention(*args, block=block, **kwargs)
 
     monkeypatch.setattr(attention_module, "lowrank_prefix_attention", spy)
-    cfg = GPTConfig(vocab_size=VOCAB, block_size=T, n_layer=1, n_head=2, n_embd=16,
-                    attention={"magnitude": "prefix", "magnitude_solver": "lowrank", "magnitude_rank": 4,
-                               "magnitude_chunk": 24})
-    Attention(cfg.resolved_attention(), 16)(torch.randn(1, T, 16))
-    assert seen == [24]
+    for extra in ({"magnitude_chunk": 24}, {"magnitude_chunk": 24, "magnitude_block": 7}):
+        gpt = GPTConfig(vocab_size=VOCAB, block_size=T, n_layer=1, n_head=2, n_embd=16,
+                        attention={"magnitude": "prefix", "magnitude_solver": "lowrank", "magnitude_rank": 4, **extra})
+        Attention(gpt.resolved_attention(), 16)(torch.randn(1, T, 16))
+    assert seen == [24, 7]
+
+
+def test_a_request_that_forces_a_slower_route_is_said_once(caplog):
+    """Returning the weights or attention dropout in training take the prefix form off its blocks: route() names
+    the reason and the fallback, the layer logs it once per reason, and the output is still the same function."""
+    from attnlab.attention_config import say_route
+
+    base = AttentionConfig(magnitude="prefix", magnitude_solver="lowrank", magnitude_apply="logits")
+    assert route(base) == ("prefix_blocks", None, False)
+    weights = route(base, return_weights=True)
+    assert weights.path == "explicit" and "weights" in weights.forced and "prefix_blocks" in weights.forced
+    dropped = route(base, dropout=True)  # the logit prior keeps SDPA, which takes dropout
+    assert dropped.path == "sdpa" and "dropout" in dropped.forced
+    assert route(base.replace(magnitude_apply="values"), dropout=True).path == "explicit"
+    assert route(AttentionConfig(), return_weights=True).path == "explicit"
+    assert route(AttentionConfig(), dropout=True) == ("sdpa", None, True)
+    one_line_error(lambda: route(AttentionConfig(backend="sdpa"), return_weights=True), "backend='sdpa'")
+    say_route.cache_clear()
+    layer = _layers("clamp", None)[0]
+    x = torch.randn(1, 12, 32, dtype=torch.float64)
+    with caplog.at_level("INFO", logger="attnlab"):
+        for _ in range(3):
+            out, _ = layer(x, return_weights=True)
+    assert [r.getMessage() for r in caplog.records].count(f"attention: {route(layer.config, return_weights=True).forced}") == 1
+    torch.testing.assert_close(out, layer(x), rtol=0, atol=1e-10)

@@ -51,7 +51,7 @@ def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", retur
               value_gate=False, head_mix=False):
     """Whether :func:`attention` will call SDPA for these options (value_gate, head_mix: whether one is given).
 
-    The one predicate for "these options reduce to softmax(q k' s + mask) v": AttentionConfig.sdpa_compatible
+    The one predicate for "these options reduce to softmax(q k' s + mask) v": attnlab.attention_config.route
     asks it too (a per-(i, j) value gate, the prefix magnitude form, does not reduce; a per-key gate on v does).
     A logit prior, per key or per (i, j), is an additive float mask and never changes the answer. Talking heads
     and CODA's cascade (head_mix: a head_mix or a logit_fn is given) change the logits of all heads at each (i, j),

@@ -6,12 +6,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..attention_config import prefix_block, route, say_route
 from ..config import AttentionConfig
 from ..errors import ConfigError
 from ..functional.attention import attention, repeat_kv
 from ..mechanisms.heads.functional import cascade_logits
 from ..mechanisms.magnitude.reference import PRIOR_FLOOR
-from ..mechanisms.magnitude.prefix_blocks import block_for, lowrank_prefix_attention
+from ..mechanisms.magnitude.prefix_blocks import lowrank_prefix_attention
 from ..functional.scores import default_scale, qk_normalize
 from .kv_cache import LayerKV
 from ..mechanisms.heads.module import HeadMLP, LogitCascade, MoHRouter, TalkingHeads
@@ -117,26 +118,14 @@ class Attention(nn.Module):
             q = self.q_proj(x)
         return self._heads(q, self.n_head), self._heads(k, self.n_kv_head), self._heads(v, self.n_kv_head)
 
-    @property
-    def uses_prefix_blocks(self) -> bool:
-        """Whether the prefix magnitude form with the low-rank solver runs block by block (lowrank_prefix_attention:
-        no [T, T] matrix kept) rather than as a [T, T] value gate (explicit path) or logit prior (SDPA's float mask):
-        causal dot-product softmax with the additive mask, no head mixing inside the softmax, backend "auto".
-        Returning the weights or attention dropout in training take the [T, T] path."""
-        cfg = self.config
-        return (self.magnitude is not None and cfg.magnitude == "prefix" and cfg.magnitude_solver == "lowrank"
-                and not cfg.count_prior and cfg.causal and cfg.kernel == "dot"
-                and cfg.normalizer == "softmax" and cfg.mask_form == "additive" and cfg.backend == "auto"
-                and cfg.head_mix in ("concat", "moh"))
-
     def _prefix_blocks(self, q, k, v, factors, scale):
         """o = lowrank_prefix_attention of q [B, H, T, d] over k, v and the gate's factors [B, Hkv, T, .] (K/V heads
-        repeated to H), in blocks of magnitude_chunk queries (at least 256 on a GPU: block_for)."""
+        repeated to H), in blocks of attnlab.attention_config.prefix_block's size."""
         n_rep = self.n_head // self.n_kv_head
         phi, lam, c = factors
         k, v, phi, c = (repeat_kv(x, n_rep) for x in (k, v, phi, c))
         lam = lam.repeat_interleave(n_rep, dim=1)  # [B, H, T], as repeat_kv orders the heads
-        gate, block = self.magnitude, block_for(self.config.magnitude_chunk, q.device.type)
+        gate, block = self.magnitude, prefix_block(self.config, q.device.type)
         if gate.apply_to == "logits":  # softmax(z_ij + log max(M_ij, floor))
             return lowrank_prefix_attention(q, k, v, phi, lam, c, scale=scale, prior_floor=PRIOR_FLOOR, block=block)
         return lowrank_prefix_attention(q, k, v, phi, lam, c, gate.beta, gate.gamma, gate=gate.gate_form, scale=scale,
@@ -156,7 +145,10 @@ class Attention(nn.Module):
         if cfg.count_prior and count_prior is None:
             raise ConfigError("attention.count_prior=true needs the token ids' count prior: pass count_prior="
                               "count_log_prior(idx) (attnlab.GPT does)")
-        if kv is not None and (self.magnitude is not None or not cfg.causal or cfg.count_prior):
+        how = route(cfg, return_weights=return_weights, dropout=self.training and self.attn_dropout > 0)
+        if how.forced:
+            say_route(how.forced)
+        if kv is not None and not how.cacheable:
             raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate or count prior "
                               f"(this layer: causal={cfg.causal}, magnitude={cfg.magnitude!r}, "
                               f"count_prior={cfg.count_prior})")
@@ -169,7 +161,7 @@ class Attention(nn.Module):
         else:
             q, k, v = self.project(x)
         value_gate = logit_prior = factors = None
-        if self.uses_prefix_blocks and not return_weights and not (self.training and self.attn_dropout > 0):
+        if how.path == "prefix_blocks":
             factors = self.magnitude.prefix_factors(k)  # (phi, lambda, c): M_ij = (1 - phi_j'c_i) / lambda_j
         elif self.magnitude is not None:  # keys before RoPE: clones of a token stay clones at every position
             g = self.magnitude(k).to(v.dtype)  # [B, Hkv, S] or, for "prefix", [B, Hkv, T, S]
@@ -198,7 +190,7 @@ class Attention(nn.Module):
             out = attention(
                 q, k, v,
                 causal=cfg.causal, scale=scale, temperature=cfg.temperature, kernel=cfg.kernel,
-                normalizer=cfg.normalizer, mask_form=cfg.mask_form, backend=cfg.backend,
+                normalizer=cfg.normalizer, mask_form=cfg.mask_form, backend=how.path,
                 dropout_p=self.attn_dropout if self.training else 0.0, return_weights=return_weights,
                 value_gate=value_gate, logit_prior=logit_prior,
                 head_mix=None if self.talking is None else self.talking(),

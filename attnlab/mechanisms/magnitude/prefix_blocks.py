@@ -34,19 +34,10 @@ import torch
 from .reference import GATE_ALIASES, GATES, gate
 from .fused import ieee_float32
 
-__all__ = ["BLOCK", "DEVICE_MIN_BLOCK", "block_for", "lowrank_prefix_attention"]
+__all__ = ["BLOCK", "lowrank_prefix_attention"]
 
-BLOCK = 64  # queries per block (the layer passes magnitude_chunk, also 64 by default): on the 2-core CPU 64 was
-#   faster than 32 and 128 at T = 1024 and 2048 (docs/studies/magnitude-long.md#speed)
-DEVICE_MIN_BLOCK = 256  # on a GPU each block costs a fixed number of kernel launches: on an H200 at T = 1024 / 2048 /
-#   4096 blocks of 256 ran forward+backward in 13.3 / 19.6 / 27.2 ms against 23.8 / 39.9 / 74.4 ms with 64, at
-#   122 / 246 / 492 MiB against 61 / 115 / 228 (results/benchmarks/cuda/magnitude_chunks.json; docs/speed.md)
-
-
-def block_for(chunk: int, device_type: str) -> int:
-    """The block the layer runs lowrank_prefix_attention with: magnitude_chunk on the CPU, at least DEVICE_MIN_BLOCK
-    on other devices (launch-bound there). The result does not depend on the block, up to rounding."""
-    return chunk if device_type == "cpu" else max(chunk, DEVICE_MIN_BLOCK)
+BLOCK = 64  # queries per block by default (the layer passes attnlab.attention_config.prefix_block's choice; the
+#   speed sweep behind it is in docs/studies/magnitude-long.md#speed and docs/speed.md)
 
 
 def _tile(q, k, c_aug, key_aug, i0, i1, future, floor):
