@@ -7,6 +7,7 @@ blocks x <- x + Attn(LN(x)); x <- x + MLP(LN(x)), a final LayerNorm and a head t
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -16,8 +17,7 @@ from .attention_config import route
 from .config import GPTConfig
 from .errors import ConfigError
 from .mechanisms.count_prior.reference import count_log_prior
-from .nn import Attention, KVCache, LayerKV, LearnedPositions, RotaryEmbedding, SinusoidalPositions
-from .mechanisms.heads.module import LogitCascade
+from .nn import Attention, KVCache, LayerKV, LayerOutput, LearnedPositions, RotaryEmbedding, SinusoidalPositions
 
 
 class MLP(nn.Module):
@@ -46,9 +46,22 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x: torch.Tensor, rope: nn.Module | None = None, kv: LayerKV | None = None,
-                count_prior: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), rope, kv=kv, count_prior=count_prior)
-        return x + self.mlp(self.ln_2(x))
+                count_prior: torch.Tensor | None = None, previous_logits: torch.Tensor | None = None,
+                return_weights: bool = False, head_mask: torch.Tensor | None = None) -> LayerOutput:
+        """x <- x + Attn(LN(x)); x <- x + MLP(LN(x)): the attention layer's LayerOutput with y the block's output."""
+        out = self.attn.run(self.ln_1(x), rope, return_weights=return_weights, kv=kv, count_prior=count_prior,
+                            previous_logits=previous_logits, head_mask=head_mask)
+        x = x + out.y
+        return out._replace(y=x + self.mlp(self.ln_2(x)))
+
+
+class ModelOutput(NamedTuple):
+    """GPT.run: logits [B, T, vocab]; aux_losses: the layers' auxiliary training losses (MoH's beta L_b in
+    training; empty otherwise); weights: every layer's attention weights [B, n_head, T, S] when asked for."""
+
+    logits: torch.Tensor
+    aux_losses: list[torch.Tensor]
+    weights: list[torch.Tensor] | None = None
 
 
 class GPT(nn.Module):
@@ -66,9 +79,6 @@ class GPT(nn.Module):
         )
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layer))
-        self.cascade = LogitCascade() if self.blocks[0].attn.config.head_mix == "coda" else None
-        for block in self.blocks:  # CODA: each layer's logits reach the next one (attnlab.mechanisms.heads.module.LogitCascade)
-            block.attn.cascade = self.cascade
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying (Press & Wolf 2017), as in GPT-2
@@ -133,26 +143,41 @@ class GPT(nn.Module):
                               f"attention={self.config.attention!r} needs the whole prefix at every token")
         return KVCache(self.config.n_layer, self.config.block_size)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
-        """Logits [B, T, vocab] for every position, and the mean cross-entropy against targets (-1 = ignore).
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
+                head_mask: torch.Tensor | None = None):
+        """Logits [B, T, vocab] for every position, and the mean cross-entropy against targets (-1 = ignore) plus
+        the layers' auxiliary losses (MoH's beta L_b, in training only).
 
         cache: a K/V cache (new_cache()); idx then holds the tokens after the cache.length cached ones, which are
-        appended to it (incremental decoding)."""
-        offset = 0 if cache is None else cache.length
-        self._check_idx(idx, offset)
-        x = self.embed(idx, offset)
-        prior = self._count_prior(idx)
-        for i, block in enumerate(self.blocks):
-            x = block(x, self.rope, None if cache is None else cache.layers[i], prior)
-        if self.cascade is not None:
-            self.cascade.logits = None  # CODA's last logits are not needed after the last layer
-        logits = self.lm_head(self.ln_f(x))
+        appended to it (incremental decoding). head_mask: xi [n_layer, n_head], head h of layer l's output times
+        xi_lh (head knockout, attnlab.analysis.heads)."""
+        out = self.run(idx, cache=cache, head_mask=head_mask)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
-            for aux in self.aux_losses():  # e.g. MoH's beta L_b, in training only (attnlab.mechanisms.heads.module)
+            loss = F.cross_entropy(out.logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
+            for aux in out.aux_losses:
                 loss = loss + aux
-        return logits, loss
+        return out.logits, loss
+
+    def run(self, idx: torch.Tensor, cache: KVCache | None = None, head_mask: torch.Tensor | None = None,
+            return_weights: bool = False) -> ModelOutput:
+        """The blocks in order, each handed what the one before returned (CODA's logits); see :meth:`forward`."""
+        offset = 0 if cache is None else cache.length
+        self._check_idx(idx, offset)
+        if head_mask is not None and tuple(head_mask.shape) != (len(self.blocks), self.blocks[0].attn.n_head):
+            raise ValueError(f"head_mask must have shape [n_layer, n_head] = [{len(self.blocks)}, "
+                             f"{self.blocks[0].attn.n_head}], got {tuple(head_mask.shape)}")
+        x, prior, previous = self.embed(idx, offset), self._count_prior(idx), None
+        aux, weights = [], [] if return_weights else None
+        for i, block in enumerate(self.blocks):
+            out = block(x, self.rope, None if cache is None else cache.layers[i], prior, previous, return_weights,
+                        None if head_mask is None else head_mask[i])
+            x, previous = out.y, out.logits
+            if out.aux_loss is not None:
+                aux.append(out.aux_loss)
+            if return_weights:
+                weights.append(out.weights)
+        return ModelOutput(self.lm_head(self.ln_f(x)), aux, weights)
 
     def _count_prior(self, idx: torch.Tensor) -> torch.Tensor | None:
         """-log c_ij of the tokens idx when a layer uses the duplicate-count prior (attention.count_prior), else
@@ -161,24 +186,10 @@ class GPT(nn.Module):
             return None
         return count_log_prior(idx, self.wte.weight.dtype)
 
-    def aux_losses(self) -> list[torch.Tensor]:
-        """The auxiliary training losses of the last forward (MoH's load balance per layer; empty otherwise)."""
-        return [b.attn.router.balance_loss for b in self.blocks
-                if b.attn.router is not None and b.attn.router.balance_loss is not None]
-
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
         """Attention weights [B, n_head, T, T] of every layer for the tokens idx (computed on the explicit path)."""
-        self._check_idx(idx)
-        x, maps, prior = self.embed(idx), [], self._count_prior(idx)
-        for block in self.blocks:
-            y, weights = block.attn(block.ln_1(x), self.rope, return_weights=True, count_prior=prior)
-            maps.append(weights)
-            x = x + y
-            x = x + block.mlp(block.ln_2(x))
-        if self.cascade is not None:
-            self.cascade.logits = None
-        return maps
+        return self.run(idx, return_weights=True).weights
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnlab import GPT, GPTConfig, variants
-from attnlab.nn import Attention
+from attnlab.nn import Attention, LayerOutput
 from attnlab.config import POS_ENCODINGS
 from helpers import LEAK_TOL, VOCAB, build, max_leak
 
@@ -36,12 +36,12 @@ def test_detects_bidirectional_attention():
 class _DenominatorLeak(Attention):
     """A plausible bug: mask after a full-row softmax without renormalising, so the denominator sums future keys."""
 
-    def forward(self, x, rope=None, return_weights=False, kv=None, count_prior=None):
+    def run(self, x, rope=None, **_):
         q = self._heads(self.q_proj(x), self.n_head)
         k = self._heads(self.k_proj(x), self.n_kv_head)
         v = self._heads(self.v_proj(x), self.n_kv_head)
         w = torch.softmax(q @ k.transpose(-1, -2) * self.head_dim ** -0.5, -1).tril()  # rows no longer sum to 1
-        return self.out_proj((w @ v).transpose(1, 2).flatten(-2))
+        return LayerOutput(self.out_proj((w @ v).transpose(1, 2).flatten(-2)))
 
 
 def test_detects_a_planted_denominator_leak():

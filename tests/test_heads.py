@@ -139,13 +139,13 @@ def test_moh_balance_loss_enters_the_training_loss_only():
     model.train()
     logits, loss = model(idx, idx)
     ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), idx.flatten())
-    aux = model.aux_losses()
+    aux = model.run(idx).aux_losses
     assert len(aux) == 2 and all(a.requires_grad for a in aux)
     torch.testing.assert_close(loss, ce + sum(aux), atol=TOL, rtol=0)
     model.eval()
     logits, loss = model(idx, idx)
     torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(logits.flatten(0, 1), idx.flatten()))
-    assert model.aux_losses() == []
+    assert model.run(idx).aux_losses == []
 
 
 @pytest.mark.parametrize("variant", ["talking-heads", "moh", "coda"])
@@ -220,23 +220,20 @@ def coda_layer_ref(q, k, v, previous, weights, biases):
 
 
 def test_coda_layer_matches_the_cascade_written_out():
-    from attnlab.mechanisms.heads.module import LogitCascade
-
     torch.manual_seed(0)
     cfg = get_variant("coda").replace(n_head=4, n_kv_head=4)
     first, second = Attention(cfg, 32, layer=0).double().eval(), Attention(cfg, 32, layer=1).double().eval()
     assert first.head_mlp is None and second.head_mlp is not None
-    first.cascade = second.cascade = LogitCascade()
     x0, x1 = torch.randn(2, 6, 32, dtype=torch.float64), torch.randn(2, 6, 32, dtype=torch.float64)
     with torch.no_grad():
-        first(x0)
-        a_prev = first.cascade.logits.clone()  # a^1 = s^1 at evaluation
+        a_prev = first.run(x0).logits  # a^1 = s^1 at evaluation
         q0, k0, _ = first.project(x0)
         torch.testing.assert_close(a_prev, q0 @ k0.transpose(-1, -2) / np.sqrt(8), atol=TOL, rtol=0)
-        y = second(x1)
+        out = second.run(x1, previous_logits=a_prev)
+        y, logits = out.y, out.logits
         q, k, v = second.project(x1)
     heads, a = coda_layer_ref(q, k, v, a_prev, second.head_mlp.weights, second.head_mlp.biases)
-    np.testing.assert_allclose(second.cascade.logits.numpy(), a, atol=TOL, rtol=0)
+    np.testing.assert_allclose(logits.numpy(), a, atol=TOL, rtol=0)
     want = second.out_proj(torch.from_numpy(heads).transpose(1, 2).flatten(-2))
     torch.testing.assert_close(y, want.detach(), atol=TOL, rtol=0)
 
@@ -252,4 +249,4 @@ def test_coda_noise_is_unit_gaussian_in_training_and_absent_at_evaluation():
     idx = torch.randint(0, 20, (2, 8))
     assert model(idx, idx)[1] != model(idx, idx)[1]  # training: a fresh sample each forward
     model.eval()
-    assert model(idx, idx)[1] == model(idx, idx)[1] and model.cascade.logits is None
+    assert model(idx, idx)[1] == model(idx, idx)[1] and not hasattr(model, "cascade")

@@ -15,8 +15,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import torch
 
@@ -43,9 +42,11 @@ def head_similarity(weights: torch.Tensor) -> torch.Tensor:
     return torch.stack([js_divergence(w[:, h:h + 1], w).mean((0, 2)) for h in range(w.shape[1])])
 
 
-def mean_loss(model, windows: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> float:
+def mean_loss(model, windows: Iterable[tuple[torch.Tensor, torch.Tensor]], head_mask: torch.Tensor | None = None
+              ) -> float:
     """The mean cross-entropy of model over every target of the batches (x, y) (targets -1 are ignored; batches
-    weighted by their number of targets, as the trainer's evaluation), in eval mode, without gradients."""
+    weighted by their number of targets, as the trainer's evaluation), in eval mode, without gradients; head_mask
+    [n_layer, n_head] as GPT.forward takes it."""
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
@@ -53,25 +54,11 @@ def mean_loss(model, windows: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> fl
         with torch.no_grad():
             for x, y in windows:
                 n = int((y >= 0).sum())
-                total += float(model(x, y)[1]) * n
+                total += float(model(x, y, head_mask=head_mask)[1]) * n
                 count += n
     finally:
         model.train(was_training)
     return total / count
-
-
-@contextlib.contextmanager
-def masked_head(attn, head: int, device=None) -> Iterator[None]:
-    """Within the block, head ``head`` of the attention layer ``attn`` is masked out: attn.head_mask = xi, xi = 1
-    with xi_head = 0 (Michel et al. 2019); the previous mask (None in a trained model) is restored afterwards."""
-    before = attn.head_mask
-    xi = torch.ones(attn.n_head, device=device)
-    xi[head] = 0.0
-    attn.head_mask = xi
-    try:
-        yield
-    finally:
-        attn.head_mask = before
 
 
 def head_knockout(model, windows: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
@@ -79,10 +66,11 @@ def head_knockout(model, windows: list[tuple[torch.Tensor, torch.Tensor]]) -> to
     validation losses (:func:`mean_loss`) on the same batches ``windows`` (Michel et al. 2019, arXiv:1905.10650)."""
     base = mean_loss(model, windows)
     deltas = torch.zeros(len(model.blocks), model.blocks[0].attn.n_head, dtype=torch.float64)
-    for layer, block in enumerate(model.blocks):
-        for head in range(block.attn.n_head):
-            with masked_head(block.attn, head, model.wte.weight.device):
-                deltas[layer, head] = mean_loss(model, windows) - base
+    for layer in range(deltas.shape[0]):
+        for head in range(deltas.shape[1]):
+            xi = torch.ones(deltas.shape, device=model.wte.weight.device)  # xi_lh = 0: head h of layer l masked
+            xi[layer, head] = 0.0
+            deltas[layer, head] = mean_loss(model, windows, xi) - base
     return deltas
 
 
@@ -103,11 +91,11 @@ def moh_usage(model, idx: torch.Tensor) -> list[dict | None]:
         if router is None:
             usage.append(None)
             continue
-        gates, chosen = router.last
+        gates, chosen, _ = router.last
         usage.append({"shared": router.shared, "top_k": router.top_k, "weight": gates.flatten(0, -2).double().mean(0),
                       "selected": chosen.flatten(0, -2).double().mean(0)})
     return usage
 
 
-__all__ = ["js_divergence", "is_distribution", "head_similarity", "mean_loss", "masked_head", "head_knockout",
+__all__ = ["js_divergence", "is_distribution", "head_similarity", "mean_loss", "head_knockout",
            "moh_usage"]

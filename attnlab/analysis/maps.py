@@ -24,19 +24,19 @@ class LayerPicture:
 def attention_pictures(model, idx: torch.Tensor) -> list[LayerPicture]:
     """The LayerPicture of every layer of ``model`` (an attnlab.GPT) for the tokens idx [1, T], in eval mode.
 
-    Runs the blocks as GPT.forward does (x <- x + Attn(LN(x)); x <- x + MLP(LN(x))), asking each attention layer
-    for its weights; the magnitude weights come from the layer's own gate on its pre-RoPE keys, as in forward."""
+    Runs the blocks' own forward (GPT.run with the weights asked for, CODA's logits handed on); the magnitude
+    weights come from the layer's own gate on its pre-RoPE keys, as in forward."""
     if idx.dim() != 2 or idx.shape[0] != 1:
         raise ValueError(f"idx must be one sequence of shape [1, T], got {tuple(idx.shape)}")
     was_training = model.training
     model.eval()
     try:
         model._check_idx(idx)
-        x, pictures = model.embed(idx), []
+        x, prior, previous, pictures = model.embed(idx), model._count_prior(idx), None, []
         for block in model.blocks:
             h = block.ln_1(x)
-            y, weights = block.attn(h, model.rope, return_weights=True)
-            picture = LayerPicture(weights[0])
+            out = block(x, model.rope, count_prior=prior, previous_logits=previous, return_weights=True)
+            picture = LayerPicture(out.weights[0])
             gate = block.attn.magnitude
             if gate is not None:
                 k = block.attn.project(h)[1]
@@ -44,8 +44,7 @@ def attention_pictures(model, idx: torch.Tensor) -> list[LayerPicture]:
                 picture.gates = gate(k)[0]
                 picture.applied_as = "log prior" if gate.apply_to == "logits" else "gate"
             pictures.append(picture)
-            x = x + y
-            x = x + block.mlp(block.ln_2(x))
+            x, previous = out.y, out.logits
     finally:
         model.train(was_training)
     return pictures

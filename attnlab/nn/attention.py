@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -15,9 +17,22 @@ from ..mechanisms.magnitude.reference import PRIOR_FLOOR
 from ..mechanisms.magnitude.prefix_blocks import lowrank_prefix_attention
 from ..functional.scores import default_scale, qk_normalize
 from .kv_cache import LayerKV
-from ..mechanisms.heads.module import HeadMLP, LogitCascade, MoHRouter, TalkingHeads
+from ..mechanisms.heads.module import HeadMLP, MoHRouter, TalkingHeads
 from ..mechanisms.magnitude.module import MagnitudeGate
 from ..mechanisms.projections.module import LatentKV, kv_cache_per_token, make_projection, resolve_latent, resolve_rank
+
+
+class LayerOutput(NamedTuple):
+    """What one attention layer computes (:meth:`Attention.run`): everything it hands on is returned, nothing is kept.
+
+    y [B, T, n_embd]; weights [B, n_head, T, S] when asked for, else None; logits: CODA's a^l [B, H, T, S] for the
+    next layer (None unless head_mix="coda"); aux_loss: MoH's beta L_b in training (None otherwise), a graph tensor
+    the model adds to its loss."""
+
+    y: torch.Tensor
+    weights: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    aux_loss: torch.Tensor | None = None
 
 
 class Attention(nn.Module):
@@ -36,7 +51,8 @@ class Attention(nn.Module):
     head_mix: "talking" mixes the logits and the weights across heads (Shazeer et al. 2020); "moh" weights head h of
     token t by a router's g_th before W_o, y = concat_h(g_h o_h) W_o (Jin et al. 2024); "coda" makes the logits a
     cascade through the layers (Zheng et al. 2021; attnlab.mechanisms.heads.functional.cascade_logits): ``layer`` (the block's
-    index) > 0 gets the head MLP f_l, and GPT shares one LogitCascade among its layers (``cascade``).
+    index) > 0 gets the head MLP f_l, and :meth:`run` takes the previous layer's logits and returns its own.
+    State is passed, not kept: :meth:`run` returns the layer's auxiliary outputs (:class:`LayerOutput`).
     """
 
     def __init__(self, config: AttentionConfig, n_embd: int, layer: int = 0):
@@ -74,20 +90,10 @@ class Attention(nn.Module):
             if config.head_mix == "moh" else None
         coda = config.head_mix == "coda"
         self.head_mlp = HeadMLP(self.n_head) if coda and layer > 0 else None  # f_l; layer 1 has no a^(l-1)
-        self.cascade: LogitCascade | None = None
-        self.head_mask: torch.Tensor | None = None  # xi [n_head]: head h's output times xi_h (Michel et al. 2019)
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """[B, T, n * head_dim] -> [B, n, T, head_dim]."""
         return x.unflatten(-1, (n, self.head_dim)).transpose(1, 2)
-
-    def _cascade(self, scores: torch.Tensor) -> torch.Tensor:
-        """CODA: a^l from s^l and the previous layer's a (noise in training only); hands a^l to the next layer."""
-        previous = None if self.cascade is None or self.head_mlp is None else self.cascade.logits
-        a = cascade_logits(scores, previous, self.head_mlp, self.config.coda_noise if self.training else 0.0)
-        if self.cascade is not None:
-            self.cascade.logits = a
-        return a
 
     @property
     def kv_cache_per_token(self) -> dict[str, int]:
@@ -133,14 +139,23 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: nn.Module | None = None, return_weights: bool = False,
                 kv: LayerKV | None = None, count_prior: torch.Tensor | None = None):
-        """x [B, T, n_embd] -> [B, T, n_embd] (and the weights [B, n_head, T, S] when return_weights).
+        """x [B, T, n_embd] -> [B, T, n_embd] (and the weights [B, n_head, T, S] when return_weights): :meth:`run`
+        for a layer used on its own (no previous CODA layer; MoH's balance loss is left out)."""
+        out = self.run(x, rope, return_weights=return_weights, kv=kv, count_prior=count_prior)
+        return (out.y, out.weights) if return_weights else out.y
 
-        count_prior: -log c_ij [B, 1, T, T] of the sequence's token ids (attnlab.mechanisms.count_prior.reference), required
+    def run(self, x: torch.Tensor, rope: nn.Module | None = None, *, return_weights: bool = False,
+            kv: LayerKV | None = None, count_prior: torch.Tensor | None = None,
+            previous_logits: torch.Tensor | None = None, head_mask: torch.Tensor | None = None) -> LayerOutput:
+        """The layer on x [B, T, n_embd], with everything it hands on in a :class:`LayerOutput`.
+
+        count_prior: -log c_ij [B, 1, T, T] of the sequence's token ids (attnlab.mechanisms.count_prior), required
         when config.count_prior (the GPT computes it once for all its layers) and ignored otherwise.
-
         kv: this layer's K/V cache (incremental decoding): x holds the T tokens after the kv.length cached ones;
         their keys and values are appended and the queries attend to all of them (causal variants without a
-        magnitude gate; attnlab.nn.kv_cache)."""
+        magnitude gate; attnlab.nn.kv_cache).
+        previous_logits: CODA's a^(l-1) of the layer before (None in the first layer).
+        head_mask: xi [n_head], head h's output times xi_h before W_o (head knockout, Michel et al. 2019)."""
         cfg = self.config
         if cfg.count_prior and count_prior is None:
             raise ConfigError("attention.count_prior=true needs the token ids' count prior: pass count_prior="
@@ -160,7 +175,8 @@ class Attention(nn.Module):
             k, v = (self._heads(up(c), self.n_kv_head) for up in (self.kv_latent.up_k, self.kv_latent.up_v))
         else:
             q, k, v = self.project(x)
-        value_gate = logit_prior = factors = None
+        value_gate = logit_prior = factors = logit_fn = None
+        cascade = []  # CODA's a^l, filled by logit_fn on the explicit path
         if how.path == "prefix_blocks":
             factors = self.magnitude.prefix_factors(k)  # (phi, lambda, c): M_ij = (1 - phi_j'c_i) / lambda_j
         elif self.magnitude is not None:  # keys before RoPE: clones of a token stay clones at every position
@@ -183,6 +199,12 @@ class Attention(nn.Module):
             scale = 1.0
         if kv is not None and not latent_cache:
             k, v = kv.append(k, v)
+        if cfg.head_mix == "coda":  # a^l from s^l and a^(l-1) (noise in training only), kept for the next layer
+            def logit_fn(scores):
+                previous = previous_logits if self.head_mlp is not None else None
+                cascade.append(cascade_logits(scores, previous, self.head_mlp,
+                                              cfg.coda_noise if self.training else 0.0))
+                return cascade[-1]
         if factors is not None:
             out = self._prefix_blocks(q, k, v, factors, (default_scale(q.shape[-1]) if scale is None else scale)
                                       / cfg.temperature)
@@ -194,12 +216,14 @@ class Attention(nn.Module):
                 dropout_p=self.attn_dropout if self.training else 0.0, return_weights=return_weights,
                 value_gate=value_gate, logit_prior=logit_prior,
                 head_mix=None if self.talking is None else self.talking(),
-                logit_fn=self._cascade if cfg.head_mix == "coda" else None,
+                logit_fn=logit_fn,
             )
         out, weights = out if return_weights else (out, None)
+        aux_loss = None
         if self.router is not None:  # MoH: head h of token t weighted by g_th      [B, H, T, d] * [B, H, T, 1]
-            out = out * self.router(x).transpose(1, 2).unsqueeze(-1)
-        if self.head_mask is not None:  # head knockout: y = concat_h(xi_h o_h) W_o  (analysis only; None in training)
-            out = out * self.head_mask.to(out.dtype).view(1, -1, 1, 1)
+            gates, aux_loss = self.router(x)
+            out = out * gates.transpose(1, 2).unsqueeze(-1)
+        if head_mask is not None:  # head knockout: y = concat_h(xi_h o_h) W_o
+            out = out * head_mask.to(out.dtype).view(1, -1, 1, 1)
         y = self.resid_dropout(self.out_proj(out.transpose(1, 2).flatten(-2)))
-        return (y, weights) if return_weights else y
+        return LayerOutput(y, weights, cascade[-1] if cascade else None, aux_loss)

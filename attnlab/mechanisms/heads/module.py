@@ -2,7 +2,7 @@
 
 TalkingHeads holds P_l and P_w (identity at init, so the layer starts as plain multi-head attention);
 MoHRouter holds W_s, W_r, W_h and keeps the last forward's router statistics for the balance loss and the logs;
-HeadMLP is CODA's f_l and LogitCascade carries one layer's logits to the next.
+HeadMLP is CODA's f_l (the model passes one layer's logits to the next).
 """
 
 from __future__ import annotations
@@ -48,22 +48,13 @@ class HeadMLP(nn.Module):
         return u
 
 
-class LogitCascade:
-    """CODA's state along one forward pass: the logits a^(l-1) of the last layer that ran (None before the first).
-
-    GPT gives every attention layer the same instance; the layers run in order, as every forward pass runs them, and
-    GPT.forward clears it after the last one. A layer without one (built alone) reads and writes nothing."""
-
-    def __init__(self):
-        self.logits: torch.Tensor | None = None
-
-
 class MoHRouter(nn.Module):
     """Mixture-of-head routing (Jin et al. 2024, arXiv:2410.11842): x [B, T, C] -> head weights g [B, T, H].
 
     Holds W_s [h_s, C], W_r [h - h_s, C], W_h [2, C] (bias-free Linears, as in the paper), shared heads first.
-    In training, ``balance_loss`` is beta L_b of the last forward (a graph tensor the model adds to its loss);
-    ``last`` holds that forward's gates [..., H] and selection mask [..., h_r], detached (for moh_log).
+    forward returns (g, beta L_b): the load-balance loss in training (a graph tensor the model adds to its loss),
+    None otherwise. ``last`` holds that forward's gates [..., H], selection mask [..., h_r] and L_b (or None),
+    detached, for the training log (moh_log) and the head analyses.
     """
 
     def __init__(self, n_embd: int, n_head: int, shared: int, top_k: int, balance: float):
@@ -72,16 +63,15 @@ class MoHRouter(nn.Module):
         self.w_shared = nn.Linear(n_embd, shared, bias=False) if shared else None  # W_s
         self.w_routed = nn.Linear(n_embd, n_head - shared, bias=False)  # W_r
         self.w_group = nn.Linear(n_embd, 2, bias=False) if shared else None  # W_h
-        self.balance_loss: torch.Tensor | None = None
-        self.last: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.last: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         shared = None if self.w_shared is None else self.w_shared(x)
         group = None if self.w_group is None else self.w_group(x)
         gates, probs, chosen = moh_gates(shared, self.w_routed(x), group, self.top_k)
-        self.balance_loss = self.balance * moh_balance_loss(probs, chosen) if self.training and self.balance else None
-        self.last = gates.detach(), chosen
-        return gates
+        balance = moh_balance_loss(probs, chosen) if self.training and self.balance else None  # L_b
+        self.last = gates.detach(), chosen, None if balance is None else balance.detach()
+        return gates, None if balance is None else self.balance * balance
 
 
 def moh_routers(model: nn.Module) -> list[MoHRouter]:
@@ -95,9 +85,10 @@ def moh_log(model: nn.Module, prefix: str = "moh") -> dict[str, float]:
     j's mean weight g_j; shared heads first, and a head weighted 1 on every token reads 1)."""
     row, total = {}, 0.0
     for i, router in enumerate(moh_routers(model)):
-        if router.balance_loss is not None:
-            total += router.balance_loss.item()
-            row[f"{prefix}/L{i}/balance"] = router.balance_loss.item() / router.balance
+        balance = None if router.last is None else router.last[2]
+        if balance is not None:
+            total += router.balance * balance.item()
+            row[f"{prefix}/L{i}/balance"] = balance.item()
         if router.last is not None:
             for j, usage in enumerate(router.last[0].flatten(0, -2).mean(0).tolist()):
                 row[f"{prefix}/L{i}/h{j}"] = usage
