@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from .reference import GATE_ALIASES, GATES, gate
+from .reference import GATE_ALIASES, GATES, gate, log_prior
 from .fused import ieee_float32
 
 __all__ = ["BLOCK", "lowrank_prefix_attention"]
@@ -47,7 +47,7 @@ def _tile(q, k, c_aug, key_aug, i0, i1, future, floor):
     z[..., i0:i1].masked_fill_(future[: i1 - i0, : i1 - i0], float("-inf"))  # j > i (the diagonal block only)
     m = c_aug[..., i0:i1, :] @ key_aug[..., :i1, :].mT  # M_ij = 1/lambda_j - c_i' phi_j/lambda_j
     if floor is not None:  # z_ij + log max(M_ij, floor)
-        z = z.add_(m.clamp_min(floor).log_().to(z.dtype))
+        z = z.add_(log_prior(m, floor).to(z.dtype))
     return torch.softmax(z, dim=-1), m
 
 
