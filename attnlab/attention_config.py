@@ -19,19 +19,13 @@ from .configio import from_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
 from .functional.attention import BACKENDS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa
 from .mechanisms.heads.functional import HEAD_MIXES, LOGIT_MIXES
+from .mechanisms.magnitude.config import FLAT_NAMES as MAGNITUDE_FLAT_NAMES
+from .mechanisms.magnitude.config import MagnitudeConfig, fold_flat
 from .mechanisms.magnitude.lowrank import SOLVER as LOWRANK
-from .mechanisms.magnitude.reference import APPLY as MAGNITUDE_APPLY
-from .mechanisms.magnitude.reference import CAUSAL_FORMS as _CAUSAL_FORMS
-from .mechanisms.magnitude.reference import FORMS as _MAGNITUDE_FORMS
-from .mechanisms.magnitude.reference import GATE_ALIASES
-from .mechanisms.magnitude.reference import GATES as MAGNITUDE_GATES
-from .mechanisms.magnitude.reference import KERNELS as MAGNITUDE_KERNELS
-from .mechanisms.magnitude.reference import SOLVERS as _EXACT_SOLVERS
+from .mechanisms.magnitude.reference import FORMS as MAGNITUDE_FORMS
 from .mechanisms.projections.module import LEARNED_MODES
 from .mechanisms.projections.module import MODES as PROJECTION_MODES
 
-MAGNITUDE_FORMS = ("off", *_MAGNITUDE_FORMS)
-MAGNITUDE_SOLVERS = (*_EXACT_SOLVERS, LOWRANK)
 QK_NORMS = ("off", "fixed", "learned")
 
 
@@ -62,34 +56,8 @@ class AttentionConfig:
     """`"additive"`: -inf inside the softmax; `"renormalize"`: Mask(B) after it, zero the future and renormalise (masking write-up; the two are equal, tested)."""
     backend: str = "auto"
     """`"auto"`: `torch.nn.functional.scaled_dot_product_attention` whenever the options reduce to softmax(q k' s + mask) v (rbf included, by one extra coordinate), else the explicit formula; `"sdpa"`: require SDPA; `"explicit"`."""
-    magnitude: str = "off"
-    """Magnitude gate on the values, Attn(Q, K, g o V) (Magnitude Attention write-up): `"off"`; `"global"`: mu = (Z + eps I)^-1 1 over all keys (bidirectional; in a causal model it leaks the future); `"causal"`: per key, the weight of key j inside its own prefix 1..j (exact, keeps SDPA); `"prefix"`: per (i, j), the weight of key j inside query i's prefix 1..i (exact, explicit path)."""
-    magnitude_t: float = 1.0
-    """Initial t in Z_jl = exp(-t ||k_j - k_l||^2 / d_k), learned as log t (so t stays > 0)."""
-    magnitude_eps: float = 1e-3
-    """Tikhonov eps in (Z + eps I) mu = 1; eps > 0 bounds the condition number and the gradients on duplicate keys."""
-    magnitude_kernel: str = "gaussian"
-    """`"gaussian"` (Magnitude Attention write-up) or `"laplacian"`: exp(-t ||k_j - k_l||), the classical metric-space magnitude."""
-    magnitude_solver: str = "cholesky"
-    """`"cholesky"` (exact), `"cg"`: conjugate gradient truncated at `magnitude_cg_iters` (global form only), or `"lowrank"`: Z ~ Phi Phi' + D with Nystrom features against `magnitude_rank` learned landmarks per K/V head, every prefix solved chunk by chunk in O(T r^2) (causal and prefix forms; Gaussian kernel; eps > 0)."""
-    magnitude_rank: int = 32
-    """Landmarks r of `magnitude_solver="lowrank"` (1 <= r <= block_size)."""
-    magnitude_chunk: int = 64
-    """Positions per block of the lowrank solver's chunked solve, and queries per block of the prefix form's block-wise attention (the same numbers for any value; a speed knob)."""
-    magnitude_block: int | None = None
-    """Queries per block of the prefix form's block-wise attention (low-rank solver; the same numbers for any value, a speed knob); `None`: `magnitude_chunk` on the CPU and at least 256 on other devices, where every block costs a fixed number of kernel launches."""
-    magnitude_cg_iters: int = 5
-    """CG iterations when `magnitude_solver="cg"` (Magnitude Attention write-up: "3-5 iterations")."""
-    magnitude_gate: str = "clamp"
-    """`"clamp"`: sigmoid(beta clamp(mu, 0, 1) + gamma); `"sigmoid"`: sigmoid(beta mu + gamma), as the Magnitude Attention write-up writes it (`"seed"` is an old name for it); `"linear"`: clamp(beta mu + gamma, 0, 1)."""
-    magnitude_beta: float = 1.0
-    """Initial beta of the gate (learned)."""
-    magnitude_gamma: float = 0.0
-    """Initial gamma of the gate (learned)."""
-    magnitude_apply: str = "values"
-    """Where the magnitude weights act: `"values"`: the gate on the values (Magnitude Attention write-up); `"logits"`: a prior inside the softmax, p_ij ~ max(w, floor)_ij exp(z_ij), i.e. logits z_ij + log max(w_ij, floor), floor = `PRIOR_FLOOR` = 1e-4 (the control for the Magnitude Attention write-up's argument against shifting scores; no gate, so magnitude_gate, beta and gamma are unused). Every form; keeps SDPA (a float mask)."""
-    allow_future_leak: bool = False
-    """Permit `magnitude="global"` with `causal=True`: reproduces the Magnitude Attention write-up as written, and leaks the future."""
+    magnitude: MagnitudeConfig | None = None
+    """Magnitude weights of the keys (the Magnitude Attention write-up): `None` (off), or a MagnitudeConfig table (form, apply, t, eps, kernel, solver, rank, chunk, block, cg_iters, gate, beta, gamma, allow_future_leak: the magnitude switches below). A form name (`"global"`, `"causal"`, `"prefix"`) stands for the table with that form; `"off"` for None. The flat keys of older configs (`magnitude_t`, ...) are folded in when a config is read."""
     q_mode: str = "projected"
     """How Q is made (the Boneless write-up's steps): `"projected"`: x W (GPT-2); `"identity"`: x itself, no parameters (head h reads the slice x_h); `"identity_init"`: x W with W = I at init, then trained; `"residual"`: x W + x."""
     k_mode: str = "projected"
@@ -153,7 +121,7 @@ class AttentionConfig:
                               f"prefix, a prior inside the softmax); got causal={self.causal}, "
                               f"normalizer={self.normalizer!r}")
         if self.backend == "sdpa" and route(self.replace(backend="auto")).path != "sdpa":
-            extra = ", magnitude='prefix' (a per-(i, j) gate)" if self.magnitude == "prefix" else ""  # on the values
+            extra = ", magnitude form 'prefix' (a per-(i, j) gate)" if _form(self) == "prefix" else ""  # on the values
             extra += f", head_mix={self.head_mix!r} (logits mixed across heads)" if self.head_mix in LOGIT_MIXES \
                 else ""
             raise ConfigError(
@@ -167,48 +135,31 @@ class AttentionConfig:
             )
 
     def _check_magnitude(self) -> None:
-        """The magnitude fields (Magnitude Attention write-up): values, and the forms that would break causality or cannot be solved."""
-        check_choice("attention.magnitude", self.magnitude, MAGNITUDE_FORMS)
-        check_number("attention.magnitude_t", self.magnitude_t, low=0.0, low_open=True)
-        check_number("attention.magnitude_eps", self.magnitude_eps, low=0.0)
-        check_choice("attention.magnitude_kernel", self.magnitude_kernel, MAGNITUDE_KERNELS)
-        check_choice("attention.magnitude_solver", self.magnitude_solver, MAGNITUDE_SOLVERS)
-        check_number("attention.magnitude_cg_iters", self.magnitude_cg_iters, low=1, integer=True)
-        check_number("attention.magnitude_rank", self.magnitude_rank, low=1, integer=True)
-        check_number("attention.magnitude_chunk", self.magnitude_chunk, low=1, integer=True)
-        if self.magnitude_block is not None:
-            check_number("attention.magnitude_block", self.magnitude_block, low=1, integer=True)
-        if self.magnitude_gate in GATE_ALIASES:  # an earlier name of a gate: the config holds today's
-            object.__setattr__(self, "magnitude_gate", GATE_ALIASES[self.magnitude_gate])
-        check_choice("attention.magnitude_gate", self.magnitude_gate, MAGNITUDE_GATES)
-        check_number("attention.magnitude_beta", self.magnitude_beta)
-        check_number("attention.magnitude_gamma", self.magnitude_gamma)
-        check_choice("attention.magnitude_apply", self.magnitude_apply, MAGNITUDE_APPLY)
-        if self.magnitude_apply == "logits" and self.magnitude == "off":
-            raise ConfigError("attention.magnitude_apply='logits' needs the magnitude weights: set magnitude to "
-                              "'global', 'causal' or 'prefix', or magnitude_apply='values'")
-        if self.magnitude_apply == "logits" and self.normalizer != "softmax":
-            raise ConfigError(f"attention.magnitude_apply='logits' adds a prior inside the softmax, but "
-                              f"normalizer={self.normalizer!r}; use normalizer='softmax' or magnitude_apply='values'")
-        if not isinstance(self.allow_future_leak, bool):
-            raise ConfigError(f"attention.allow_future_leak={self.allow_future_leak!r} must be true or false")
-        if self.magnitude == "global" and self.causal and not self.allow_future_leak:
+        """The magnitude table (its own rules are MagnitudeConfig's) and what it needs of the rest of the layer."""
+        m = self.magnitude
+        if isinstance(m, str):  # a form name stands for the table with that form; "off" for None
+            m = None if m == "off" else MagnitudeConfig(form=m) if m in MAGNITUDE_FORMS else m
+        elif isinstance(m, dict):
+            m = from_dict(MagnitudeConfig, m, where="attention.magnitude")
+        if m is not None and not isinstance(m, MagnitudeConfig):
+            raise ConfigError(f"attention.magnitude={m!r} must be None, 'off', a form ('global', 'causal', 'prefix') "
+                              f"or a MagnitudeConfig table")
+        object.__setattr__(self, "magnitude", m)
+        if m is None:
+            return
+        if m.apply == "logits" and self.normalizer != "softmax":
+            raise ConfigError(f"attention.magnitude.apply='logits' adds a prior inside the softmax, but "
+                              f"normalizer={self.normalizer!r}; use normalizer='softmax' or apply='values'")
+        if m.form == "global" and self.causal and not m.allow_future_leak:
             raise ConfigError(
-                "attention.magnitude='global' with causal=true leaks the future: mu_j is solved over all keys, so "
-                "position i's gate sees keys after i; use magnitude='causal' or 'prefix' (exact prefix forms), "
+                "attention.magnitude.form='global' with causal=true leaks the future: mu_j is solved over all keys, "
+                "so position i's gate sees keys after i; use form 'causal' or 'prefix' (exact prefix forms), "
                 "causal=false, or allow_future_leak=true to reproduce the Magnitude Attention write-up as written"
             )
-        if self.magnitude in _CAUSAL_FORMS and self.magnitude_solver == "cg":
+        if m.form == "prefix" and not self.causal:
             raise ConfigError(
-                f"attention.magnitude={self.magnitude!r} needs magnitude_solver='cholesky' or 'lowrank': the prefix "
-                f"forms come from one Cholesky factor, and CG solves a single system, not every prefix"
-            )
-        if self.magnitude_solver == LOWRANK:
-            self._check_lowrank()
-        if self.magnitude == "prefix" and not self.causal:
-            raise ConfigError(
-                "attention.magnitude='prefix' gates key j by its weight inside query i's prefix (j <= i), which "
-                "needs causal=true; use magnitude='global' for bidirectional attention"
+                "attention.magnitude.form='prefix' gates key j by its weight inside query i's prefix (j <= i), which "
+                "needs causal=true; use form 'global' for bidirectional attention"
             )
 
     def _check_head_mix(self) -> None:
@@ -242,18 +193,6 @@ class AttentionConfig:
             raise ConfigError(f"attention.moh_top_k={top_k} must be between 1 and the {routed} routed heads "
                               f"(n_head={h} - moh_shared={shared})")
         return shared, top_k
-
-    def _check_lowrank(self) -> None:
-        """What the low-rank solver needs: a causal form, the Gaussian kernel, eps > 0."""
-        if self.magnitude not in _CAUSAL_FORMS:
-            raise ConfigError(f"attention.magnitude_solver='lowrank' solves every prefix, so it needs "
-                              f"magnitude='causal' or 'prefix', got magnitude={self.magnitude!r}")
-        if self.magnitude_kernel != "gaussian":
-            raise ConfigError(f"attention.magnitude_solver='lowrank' approximates the Gaussian kernel; "
-                              f"magnitude_kernel={self.magnitude_kernel!r} needs magnitude_solver='cholesky'")
-        if not self.magnitude_eps > 0:
-            raise ConfigError(f"attention.magnitude_eps={self.magnitude_eps!r}: magnitude_solver='lowrank' needs "
-                              f"eps > 0 (the diagonal 1 - ||phi_j||^2 is 0 for a key on a landmark)")
 
     def _check_projections(self) -> None:
         """The Q/K/V projection fields (Boneless write-up), QK-norm, low rank and the MLA latent, and what they exclude."""
@@ -321,6 +260,29 @@ class AttentionConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
+    def migrate_dict(cls, data: dict, where: str = "attention") -> dict:
+        """An older config's table in today's shape: the flat magnitude keys folded into the magnitude table
+        (attnlab.configio.from_dict calls this before it checks the keys)."""
+        return fold_flat(data, where)
+
+    @classmethod
+    def migrate_key(cls, parts: list[str], raw: str) -> list[str]:
+        """An override's dotted key in today's place: ``magnitude_t`` -> ``magnitude.t`` (every flat magnitude
+        key), and ``magnitude=<form>`` -> ``magnitude.form``, so that overrides compose in any order."""
+        if parts[0] in MAGNITUDE_FLAT_NAMES:
+            return ["magnitude", MAGNITUDE_FLAT_NAMES[parts[0]], *parts[1:]]
+        if parts == ["magnitude"] and raw.strip().strip("\"'") in MAGNITUDE_FORMS:
+            return ["magnitude", "form"]
+        return parts
+
+    @classmethod
+    def named_config(cls, field: str, name: str):
+        """The table a name stands for in an override: a magnitude form -> MagnitudeConfig(form)."""
+        if field == "magnitude" and name in MAGNITUDE_FORMS:
+            return MagnitudeConfig(form=name)
+        raise ConfigError(f"attention.{field}={name!r} is a name, not a table; set the whole table")
+
+    @classmethod
     def from_dict(cls, data: dict) -> "AttentionConfig":
         return from_dict(cls, data, where="attention")
 
@@ -342,7 +304,7 @@ class Route(NamedTuple):
 
 
 ROUTES = ("sdpa", "explicit", "prefix_blocks")
-GPU_MIN_BLOCK = 256  # magnitude_block=None on a device other than the CPU: at least this many queries per block
+GPU_MIN_BLOCK = 256  # magnitude.block=None on a device other than the CPU: at least this many queries per block
 
 
 def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool = False) -> Route:
@@ -360,10 +322,11 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
     - else "explicit".
     """
     logit_mix = cfg.head_mix in LOGIT_MIXES
-    blocks = (cfg.magnitude == "prefix" and cfg.magnitude_solver == LOWRANK and not cfg.count_prior and cfg.causal
+    m = cfg.magnitude
+    blocks = (_form(cfg) == "prefix" and m.solver == LOWRANK and not cfg.count_prior and cfg.causal
               and cfg.kernel == "dot" and cfg.normalizer == "softmax" and cfg.mask_form == "additive"
               and cfg.backend == "auto" and not logit_mix)
-    value_gate = cfg.magnitude == "prefix" and cfg.magnitude_apply == "values"
+    value_gate = _form(cfg) == "prefix" and m.apply == "values"
     reducible = uses_sdpa(normalizer=cfg.normalizer, causal=cfg.causal, mask_form=cfg.mask_form,
                           value_gate=value_gate, head_mix=logit_mix)
     general = "sdpa" if reducible and cfg.backend != "explicit" and not return_weights else "explicit"
@@ -378,7 +341,7 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
     if reasons and cfg.backend == "sdpa":
         raise ConfigError(f"attention.backend='sdpa' cannot compute this request ({' and '.join(reasons)}); use "
                           f"backend='auto' or 'explicit'")
-    cacheable = cfg.causal and cfg.magnitude == "off" and not cfg.count_prior
+    cacheable = cfg.causal and m is None and not cfg.count_prior
     return Route(path, forced, cacheable)
 
 
@@ -389,12 +352,18 @@ def say_route(forced: str) -> None:
 
 
 def prefix_block(cfg: "AttentionConfig", device_type: str) -> int:
-    """Queries per block on the "prefix_blocks" path: magnitude_block, or by default magnitude_chunk on the CPU
+    """Queries per block on the "prefix_blocks" path: magnitude.block, or by default magnitude.chunk on the CPU
     and at least GPU_MIN_BLOCK elsewhere (docs/speed.md has the chunk sweep behind the minimum)."""
-    if cfg.magnitude_block is not None:
-        return cfg.magnitude_block
-    return cfg.magnitude_chunk if device_type == "cpu" else max(cfg.magnitude_chunk, GPU_MIN_BLOCK)
+    m = cfg.magnitude
+    if m.block is not None:
+        return m.block
+    return m.chunk if device_type == "cpu" else max(m.chunk, GPU_MIN_BLOCK)
 
 
-__all__ = ["AttentionConfig", "GPU_MIN_BLOCK", "ROUTES", "Route", "prefix_block", "route", "say_route", "LEARNED_MODES", "MAGNITUDE_APPLY", "MAGNITUDE_FORMS", "PROJECTION_MODES",
-           "QK_NORMS"]
+def _form(cfg: "AttentionConfig") -> str:
+    """The magnitude form of cfg, or "off"."""
+    return "off" if cfg.magnitude is None else cfg.magnitude.form
+
+
+__all__ = ["AttentionConfig", "GPU_MIN_BLOCK", "LEARNED_MODES", "MagnitudeConfig", "PROJECTION_MODES", "QK_NORMS",
+           "ROUTES", "Route", "prefix_block", "route", "say_route"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .attention_config import LOWRANK, AttentionConfig
+from .attention_config import LOWRANK, AttentionConfig, MagnitudeConfig
 from .configio import from_dict, to_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
 from .variants import get_variant
@@ -104,8 +104,9 @@ class GPTConfig:
             dropout=self.dropout if attn.dropout is None else attn.dropout,
         )
         attn.check_sizes(self.n_embd)
-        if attn.magnitude_solver == LOWRANK and attn.magnitude_rank > self.block_size:
-            raise ConfigError(f"attention.magnitude_rank={attn.magnitude_rank} is larger than block_size="
+        m = attn.magnitude
+        if m is not None and m.solver == LOWRANK and m.rank > self.block_size:
+            raise ConfigError(f"attention.magnitude.rank={m.rank} is larger than block_size="
                               f"{self.block_size}; use at most block_size landmarks (allowed 1..{self.block_size})")
         return attn
 
@@ -133,4 +134,4 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
-__all__ = ["AttentionConfig", "GPTConfig", "POS_ENCODINGS", "ACTIVATIONS"]
+__all__ = ["AttentionConfig", "GPTConfig", "MagnitudeConfig", "POS_ENCODINGS", "ACTIVATIONS"]

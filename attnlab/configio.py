@@ -66,6 +66,8 @@ def from_dict(cls, data, where: str = ""):
     ``where`` is the dotted path of ``data`` inside the whole config (used in error messages, e.g. ``"train"``).
     Nested dataclass fields accept a dict (table); a union such as ``str | AttentionConfig`` accepts either.
     An ``int`` is accepted (and converted) for a ``float`` field; a ``bool`` is never an ``int``.
+    A dataclass may define a classmethod ``migrate_dict(data, where)`` that rewrites the keys of older configs
+    into today's shape before they are checked (the documented migration of a renamed or nested key).
     """
     if not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
         raise TypeError(f"from_dict expects a dataclass type, got {cls!r}")
@@ -76,6 +78,9 @@ def from_dict(cls, data, where: str = ""):
             f"{where or cls.__name__}={_show(data)} has the wrong type: expected a table of "
             f"{cls.__name__} fields, got {type(data).__name__}"
         )
+    migrate = getattr(cls, "migrate_dict", None)  # older keys in today's shape (e.g. AttentionConfig's flat ones)
+    if migrate is not None:
+        data = migrate(dict(data), where or cls.__name__)
     hints = _hints(cls)
     fields = _init_fields(cls)
     kwargs = {}
@@ -311,7 +316,9 @@ def apply_overrides(cfg, overrides: Sequence[str]):
     table such as ``data.task``). Setting a sub-field of a field
     that currently holds a variant name (``model.attention.temperature=2`` with ``attention = "standard"``)
     starts from that variant's AttentionConfig. Because validation runs once after all overrides, overrides
-    that must change together (``train.max_steps=10 train.warmup_steps=2``) can be given in any order.
+    that must change together (``train.max_steps=10 train.warmup_steps=2``) can be given in any order. A dataclass
+    may define a classmethod ``migrate_key(parts, raw)`` that moves an older dotted key to today's place
+    (AttentionConfig: ``magnitude_t`` -> ``magnitude.t``, ``magnitude=prefix`` -> ``magnitude.form``).
     """
     if isinstance(overrides, str):
         overrides = [overrides]
@@ -336,6 +343,9 @@ def _tree(obj):
 
 def _assign(tree: dict, cls, parts: list[str], raw: str, where: str) -> None:
     fields = _init_fields(cls)
+    migrate = getattr(cls, "migrate_key", None)  # an older key in today's place (see from_dict's migrate_dict)
+    if migrate is not None:
+        parts = migrate(parts, raw)
     key = parts[0]
     path = _join(where, key)
     if key not in fields:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .attention_config import AttentionConfig
+from .attention_config import AttentionConfig, MagnitudeConfig
 from .errors import unknown_name
 from .mechanisms.magnitude.reference import PRIOR_FLOOR
 from .mechanisms.magnitude.lowrank import EPS as LOWRANK_EPS
@@ -75,16 +75,16 @@ register(
 )
 register(
     "magnitude-causal", "magnitude-gated values, per key: g_j = gate(weight of key j inside its own prefix 1..j)",
-    "Magnitude Attention write-up, causal form", magnitude="causal",
+    "Magnitude Attention write-up, causal form", magnitude=MagnitudeConfig("causal"),
     notes="exact w_j = y_j / L_jj from Z + eps I = L L', y = L^-1 1 (docs/magnitude.md, prefix identities); keeps the "
           "SDPA fast path. Not the write-up's global mu, which leaks the future in a causal model: that one is "
-          "AttentionConfig(magnitude='global', causal=False), or allow_future_leak=True to reproduce the write-up. "
+          "AttentionConfig(magnitude='global', causal=False), or MagnitudeConfig(allow_future_leak=True) to reproduce the write-up. "
           "A cluster of m clones gets gates of 1, 1/2, ..., 1/m (sum ~ ln m, not 1 unit): each key is judged "
           "by the keys before it only.",
 )
 register(
     "magnitude-prefix", "magnitude-gated values, per (i, j): g_ij = gate(weight of key j inside query i's prefix 1..i)",
-    "Magnitude Attention write-up, exact prefix form", magnitude="prefix",
+    "Magnitude Attention write-up, exact prefix form", magnitude=MagnitudeConfig("prefix"),
     notes="exact M_ij = sum_{m=j..i} (L^-1)_mj y_m: row i is mu of the keys query i may see, so a cluster of m "
           "clones sums to m/(m+eps) ~ 1 unit as in the write-up; needs the explicit path (no SDPA), O(T^3) per head.",
 )
@@ -92,7 +92,7 @@ register(
     "magnitude-causal-linear", "magnitude-gated values, per key, linear gate: g_j = clamp(beta w_j + gamma, 0, 1), w_j the "
     "weight of key j inside its own prefix 1..j",
     "Magnitude Attention write-up, causal form; the write-up's arithmetic 'the gate passes the weight through'",
-    magnitude="causal", magnitude_gate="linear",
+    magnitude=MagnitudeConfig("causal", gate="linear"),
     notes="beta = 1, gamma = 0 at init: an isolated key passes whole, the causal form's clones pass 1, 1/2, ..., 1/m of "
           "their values (a harmonic number H_m ~ ln m of units in all). beta and gamma are learned; keeps SDPA.",
 )
@@ -100,7 +100,7 @@ register(
     "magnitude-prefix-linear", "magnitude-gated values, per (i, j), linear gate: g_ij = clamp(beta M_ij + gamma, 0, 1), "
     "M_ij the weight of key j inside query i's prefix 1..i",
     "Magnitude Attention write-up, exact prefix form; the write-up's arithmetic 'the gate passes the weight through'",
-    magnitude="prefix", magnitude_gate="linear",
+    magnitude=MagnitudeConfig("prefix", gate="linear"),
     notes="beta = 1, gamma = 0 at init: m exact clones pass 1/(m + eps) each, m/(m + eps) ~ 1 unit together, as the write-up "
           "computes; the explicit path (no SDPA), O(T^3) per head.",
 )
@@ -108,7 +108,7 @@ register(
     "magnitude-causal-logits", "magnitude weights as a logit prior, per key: softmax(z_ij + log max(w_j, floor)), w_j "
     "the weight of key j inside its own prefix 1..j (no value gate)",
     "Magnitude Attention write-up, causal form; as a prior on the scores, the control for the write-up's argument",
-    magnitude="causal", magnitude_apply="logits",
+    magnitude=MagnitudeConfig("causal", apply="logits"),
     notes=f"p_ij ~ max(w_j, {PRIOR_FLOOR:g}) exp(z_ij): what the magnitude write-up argues against ('methods that just shift attention "
           "scores'), so that the gate on the values can be compared with it. m exact clones get "
           "1, 1/2, ..., 1/m and count as H_m ~ ln m keys, not one. The prior is SDPA's float mask (causal -inf "
@@ -118,7 +118,7 @@ register(
     "magnitude-prefix-logits", "magnitude weights as a logit prior, per (i, j): softmax(z_ij + log max(M_ij, floor)), "
     "M_ij the weight of key j inside query i's prefix 1..i (no value gate)",
     "Magnitude Attention write-up, exact prefix form; as a prior on the scores, the control for the write-up's "
-    "argument", magnitude="prefix", magnitude_apply="logits",
+    "argument", magnitude=MagnitudeConfig("prefix", apply="logits"),
     notes=f"p_ij ~ max(M_ij, {PRIOR_FLOOR:g}) exp(z_ij): m exact clones count as one key (m/(m+eps)), so in the write-up's example "
           "(one key with e^z = 20, 50 clones with e^z = 1) the unique key gets 20/21 instead of 20/70. Per-(i, j) "
           "float mask on SDPA (narrowly faster than the explicit path at T = 256 on CPU); O(T^3) per head for M.",
@@ -127,7 +127,7 @@ register(
     "magnitude-causal-lowrank", "magnitude-gated values, per key, low-rank solver: Z ~ Phi Phi' + D with Nystrom features "
     "against r = 32 learned landmarks per K/V head, every prefix solved chunk by chunk in O(T r^2); eps = 0.1",
     "Magnitude Attention write-up, causal form; Nystrom: Williams and Seeger 2001",
-    magnitude="causal", magnitude_solver="lowrank", magnitude_rank=LOWRANK_RANK, magnitude_eps=LOWRANK_EPS,
+    magnitude=MagnitudeConfig("causal", solver="lowrank", rank=LOWRANK_RANK, eps=LOWRANK_EPS),
     notes="near-linear in T (the exact causal form is O(T^3) per head) and keeps SDPA; an approximation of "
           "magnitude-causal only where the landmarks sit among the keys and eps is large (docs/magnitude.md#the-low-rank-"
           "solver, docs/studies/magnitude-long.md): at eps = 1e-3 its weights of trained keys are off by as much as "
@@ -137,8 +137,7 @@ register(
     "magnitude-prefix-logits-lowrank", "magnitude-prefix-logits with the low-rank solver: softmax(z_ij + log max(M_ij, "
     "floor)), M_ij from Phi Phi' + D against r = 32 learned landmarks per K/V head; eps = 0.1",
     "Magnitude Attention write-up, prefix form as a logit prior; Nystrom: Williams and Seeger 2001",
-    magnitude="prefix", magnitude_apply="logits", magnitude_solver="lowrank", magnitude_rank=LOWRANK_RANK,
-    magnitude_eps=LOWRANK_EPS,
+    magnitude=MagnitudeConfig("prefix", apply="logits", solver="lowrank", rank=LOWRANK_RANK, eps=LOWRANK_EPS),
     notes="M_ij = (1 - phi_j' c_i) / lambda_j, c_i the r-vector of query i's prefix (docs/magnitude.md#the-low-rank-"
           "solver): O(T r^2) for the solve, O(T^2 r) for M. The hijack experiment's low-rank row. Needs block_size >= r.",
 )

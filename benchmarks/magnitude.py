@@ -188,7 +188,7 @@ def main(argv=None):
         layer, reference, cfg = build(name, seq, args.heads, args.head_dim, device, dtype, chunk)
         x = torch.randn(args.batch, seq, args.heads * args.head_dim, device=device, dtype=dtype)
         x_grad = x.clone().requires_grad_()
-        row = {"row": name, "seq": seq, "magnitude": cfg.magnitude, "solver": cfg.magnitude_solver,
+        row = {"row": name, "seq": seq, "magnitude": cfg.magnitude.form, "solver": cfg.magnitude.solver,
                "causal": cfg.causal}
         if chunk is not None:
             row["chunk"] = chunk

@@ -98,8 +98,9 @@ def fit_rank(attention, block_size: int):
     from attnlab import AttentionConfig, get_variant
 
     cfg = get_variant(attention) if isinstance(attention, str) else attention
-    if isinstance(cfg, AttentionConfig) and cfg.magnitude_solver == "lowrank" and cfg.magnitude_rank > block_size:
-        return cfg.replace(magnitude_rank=block_size)
+    m = cfg.magnitude if isinstance(cfg, AttentionConfig) else None
+    if m is not None and m.solver == "lowrank" and m.rank > block_size:
+        return cfg.replace(magnitude=m.replace(rank=block_size))
     return attention
 
 

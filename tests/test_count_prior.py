@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from attnlab import GPT, AttentionConfig, GPTConfig
+from attnlab.config import MagnitudeConfig
 from attnlab.mechanisms.count_prior.reference import count_log_prior
 from attnlab.nn import Attention
 from helpers import LEAK_TOL, attention_ref, max_leak, one_line_error
@@ -92,8 +93,7 @@ def test_the_count_prior_needs_the_whole_prefix_and_generates():
 
 def test_composes_with_a_magnitude_logit_prior():
     torch.manual_seed(0)
-    cfg = AttentionConfig(n_head=2, n_kv_head=2, bias=True, dropout=0.0, count_prior=True, magnitude="causal",
-                          magnitude_apply="logits")
+    cfg = AttentionConfig(n_head=2, n_kv_head=2, bias=True, dropout=0.0, count_prior=True, magnitude=MagnitudeConfig("causal", apply="logits"))
     layer = Attention(cfg, 16).double().eval()
     x, idx = torch.randn(1, 9, 16, dtype=torch.float64), torch.randint(0, 3, (1, 9))
     prior = count_log_prior(idx, torch.float64)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from attnlab import AttentionConfig, ConfigError
+from attnlab.config import MagnitudeConfig
 from attnlab.hf import hf_refusal, hf_variants, register_attention
 
 transformers = pytest.importorskip("transformers")
@@ -100,5 +101,5 @@ def test_bad_names_and_configs_are_one_line_errors():
     with pytest.raises(ConfigError, match="must be an attnlab.AttentionConfig"):
         register_attention(configs={"x": {"temperature": 2}})
     with pytest.raises(ConfigError, match="magnitude gate has learned parameters"):
-        register_attention(configs={"m": AttentionConfig(magnitude="causal")})
+        register_attention(configs={"m": AttentionConfig(magnitude=MagnitudeConfig("causal"))})
     assert hf_refusal(AttentionConfig(qk_norm="fixed", normalizer="none", temperature=0.5)) is None

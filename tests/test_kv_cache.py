@@ -11,7 +11,7 @@ from helpers import fit_rank
 
 BLOCK = 12
 CACHEABLE = [n for n in variants()
-             if get_variant(n).magnitude == "off" and get_variant(n).causal and not get_variant(n).count_prior]
+             if get_variant(n).magnitude is None and get_variant(n).causal and not get_variant(n).count_prior]
 
 
 def _model(attention, pos="learned"):

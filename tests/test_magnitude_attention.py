@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from attnlab import GPT, Attention, AttentionConfig, GPTConfig, get_variant, variant_info
+from attnlab.config import MagnitudeConfig
 from attnlab.attention_config import route
 from attnlab.functional import attention, uses_sdpa
 from attnlab.mechanisms.magnitude import reference as M
@@ -46,27 +47,39 @@ def numpy_gate(w, beta, gamma, form):
 
 def test_defaults_keep_todays_behaviour():
     cfg = AttentionConfig()
-    assert cfg.magnitude == "off" and not cfg.allow_future_leak and route(cfg).path == "sdpa"
+    assert cfg.magnitude is None and route(cfg).path == "sdpa"
     assert Attention(cfg.replace(n_head=2, n_kv_head=2), 16).magnitude is None
 
 
 @pytest.mark.parametrize("bad, patterns", [
-    (dict(magnitude="on"), ["magnitude='on'", "'global'", "'causal'", "'prefix'"]),
-    (dict(magnitude_t=0.0), ["magnitude_t=0.0", "> 0"]),
-    (dict(magnitude_eps=-1e-3), ["magnitude_eps=-0.001", ">= 0"]),
-    (dict(magnitude_kernel="cosine"), ["magnitude_kernel='cosine'", "'laplacian'"]),
-    (dict(magnitude_solver="lu"), ["magnitude_solver='lu'", "'cg'"]),
-    (dict(magnitude_cg_iters=0), ["magnitude_cg_iters=0", ">= 1"]),
-    (dict(magnitude_gate="tanh"), ["magnitude_gate='tanh'", "'sigmoid'", "'clamp'"]),
-    (dict(magnitude_beta="big"), ["magnitude_beta='big'", "number"]),
-    (dict(allow_future_leak="yes"), ["allow_future_leak='yes'", "true or false"]),
-    (dict(magnitude="global"), ["magnitude='global'", "causal=true", "leaks the future", "allow_future_leak=true"]),
-    (dict(magnitude="causal", magnitude_solver="cg"), ["magnitude='causal'", "magnitude_solver='cholesky'"]),
-    (dict(magnitude="prefix", causal=False), ["magnitude='prefix'", "causal=true"]),
-    (dict(magnitude="prefix", backend="sdpa"), ["backend='sdpa'", "magnitude='prefix'"]),
+    ({"magnitude": "on"}, ["form='on'", "'global'", "'causal'", "'prefix'"]),
+    ({"magnitude": {"t": 0.0}}, ["magnitude.t=0.0", "> 0"]),
+    ({"magnitude": {"eps": -1e-3}}, ["magnitude.eps=-0.001", ">= 0"]),
+    ({"magnitude": {"kernel": "cosine"}}, ["magnitude.kernel='cosine'", "'laplacian'"]),
+    ({"magnitude": {"solver": "lu"}}, ["magnitude.solver='lu'", "'cg'"]),
+    ({"magnitude": {"cg_iters": 0}}, ["magnitude.cg_iters=0", ">= 1"]),
+    ({"magnitude": {"gate": "tanh"}}, ["magnitude.gate='tanh'", "'sigmoid'", "'clamp'"]),
+    ({"magnitude": {"beta": "big"}}, ["magnitude.beta='big'", "number"]),
+    ({"magnitude": {"allow_future_leak": "yes"}}, ["allow_future_leak='yes'", "true or false"]),
+    ({"magnitude": "global"}, ["form='global'", "causal=true", "leaks the future", "allow_future_leak=true"]),
+    ({"magnitude": {"form": "causal", "solver": "cg"}}, ["form='causal'", "solver='cholesky'"]),
+    ({"magnitude": "prefix", "causal": False}, ["form='prefix'", "causal=true"]),
+    ({"magnitude": "prefix", "backend": "sdpa"}, ["backend='sdpa'", "form 'prefix'"]),
+    ({"magnitude_t": 2.0}, ["magnitude_t", "magnitude is off"]),  # an old flat key without a form
 ])
 def test_bad_magnitude_values(bad, patterns):
-    one_line_error(lambda: AttentionConfig(**bad), *patterns)
+    one_line_error(lambda: AttentionConfig.from_dict(bad), *patterns)
+
+
+def test_old_flat_magnitude_keys_are_folded_into_the_table():
+    """Older configs wrote the switches flat (magnitude = "prefix", magnitude_t = 2.0, allow_future_leak = true):
+    from_dict, TOML files and overrides fold them into the magnitude table, the same config as the nested form."""
+    flat = {"magnitude": "global", "magnitude_t": 2.0, "magnitude_gate": "seed", "allow_future_leak": True}
+    nested = AttentionConfig(magnitude=MagnitudeConfig("global", t=2.0, gate="sigmoid", allow_future_leak=True))
+    assert AttentionConfig.from_dict(flat) == nested
+    assert AttentionConfig.from_dict({"magnitude": "off"}) == AttentionConfig()
+    assert AttentionConfig(magnitude="causal") == AttentionConfig(magnitude=MagnitudeConfig("causal"))
+    assert GPTConfig(n_head=2, n_embd=16, attention=flat).resolved_attention().magnitude == nested.magnitude
 
 
 def test_global_form_is_refused_in_a_causal_gpt_unless_opted_in():
@@ -76,14 +89,14 @@ def test_global_form_is_refused_in_a_causal_gpt_unless_opted_in():
 
 
 def test_per_key_forms_keep_sdpa_and_the_prefix_form_does_not():
-    assert route(AttentionConfig(magnitude="causal", backend="sdpa")).path == "sdpa"
-    assert route(AttentionConfig(magnitude="global", causal=False, backend="sdpa")).path == "sdpa"
-    assert route(AttentionConfig(magnitude="prefix")).path == "explicit"
+    assert route(AttentionConfig(magnitude=MagnitudeConfig("causal"), backend="sdpa")).path == "sdpa"
+    assert route(AttentionConfig(magnitude=MagnitudeConfig("global"), causal=False, backend="sdpa")).path == "sdpa"
+    assert route(AttentionConfig(magnitude=MagnitudeConfig("prefix"))).path == "explicit"
 
 
 def test_variants_are_registered_with_notes():
-    assert get_variant("magnitude-causal").magnitude == "causal"
-    assert get_variant("magnitude-prefix").magnitude == "prefix"
+    assert get_variant("magnitude-causal").magnitude == MagnitudeConfig("causal")
+    assert get_variant("magnitude-prefix").magnitude == MagnitudeConfig("prefix")
     for name in ("magnitude-causal", "magnitude-prefix"):
         info = variant_info(name)
         assert "Magnitude Attention write-up" in info.source and info.notes and info.config.causal
@@ -161,9 +174,7 @@ def test_last_stats_are_the_logged_quantities(form, solver):
 def test_layer_matches_independent_float64_computation(form, gate, causal, n_kv_head):
     torch.manual_seed(2)
     t, eps, beta, gamma = 0.6, 1e-3, 2.0, -0.5
-    cfg = AttentionConfig(n_head=2, n_kv_head=n_kv_head, causal=causal, magnitude=form, magnitude_t=t,
-                          magnitude_eps=eps, magnitude_gate=gate, magnitude_beta=beta, magnitude_gamma=gamma,
-                          allow_future_leak=True)
+    cfg = AttentionConfig(n_head=2, n_kv_head=n_kv_head, causal=causal, magnitude=MagnitudeConfig(form, t=t, eps=eps, gate=gate, beta=beta, gamma=gamma, allow_future_leak=True))
     layer = Attention(cfg, 16).double().eval()
     t = layer.magnitude.t.item()  # the config's t up to the float32 rounding of the stored log t
     x = torch.randn(2, 7, 16, dtype=F64)
@@ -189,7 +200,7 @@ def test_layer_matches_independent_float64_computation(form, gate, causal, n_kv_
 @pytest.mark.parametrize("form", ["causal", "global"])
 def test_per_key_forms_give_the_same_output_on_sdpa_and_explicit_paths(form):
     torch.manual_seed(3)
-    base = AttentionConfig(n_head=2, n_kv_head=2, magnitude=form, causal=form == "causal")
+    base = AttentionConfig(n_head=2, n_kv_head=2, magnitude=MagnitudeConfig(form), causal=form == "causal")
     sdpa, explicit = Attention(base.replace(backend="sdpa"), 16), Attention(base.replace(backend="explicit"), 16)
     explicit.load_state_dict(sdpa.state_dict())
     x = torch.randn(2, 9, 16)
@@ -201,10 +212,9 @@ def test_per_key_forms_give_the_same_output_on_sdpa_and_explicit_paths(form):
 
 def test_the_seed_as_written_leaks_the_future_when_opted_in():
     """The global form over all keys, in a causal GPT (allow_future_leak=True): the causal leak test catches it."""
-    leak = max_leak(build(AttentionConfig(magnitude="global", allow_future_leak=True)))
+    leak = max_leak(build(AttentionConfig(magnitude=MagnitudeConfig("global", allow_future_leak=True))))
     assert leak > 10 * LEAK_TOL
-    cg = max_leak(build(AttentionConfig(magnitude="global", magnitude_solver="cg", magnitude_gate="sigmoid",
-                                        allow_future_leak=True)))
+    cg = max_leak(build(AttentionConfig(magnitude=MagnitudeConfig("global", solver="cg", gate="sigmoid", allow_future_leak=True))))
     assert cg > 10 * LEAK_TOL
 
 
@@ -237,7 +247,8 @@ def _assert_jitter_keeps_prefix(form, seed, n_early, repeats):
 def test_no_leak_with_exact_duplicate_keys(variant):
     """Repeated tokens with RoPE are exact duplicate keys (the gate reads the keys before rotation). With eps = 0
     a future full of repeats makes the factorisation fail and a future without repeats does not: no leak either way."""
-    model = build(get_variant(variant).replace(magnitude_eps=0.0), "rope").double().eval()
+    base = get_variant(variant)
+    model = build(base.replace(magnitude=base.magnitude.replace(eps=0.0)), "rope").double().eval()
     idx = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 1, 1, 2, 2, 3, 3, 1, 1]] * 2)
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
         warnings.simplefilter("always")
@@ -257,7 +268,7 @@ def test_no_leak_with_exact_duplicate_keys(variant):
 def test_training_step_is_finite_with_repeated_tokens(form, gate):
     """float32, a sequence of one repeated token (all keys identical) and near-copies: loss and every gradient
     finite, at the default eps; stats recorded per layer."""
-    attn = dict(magnitude=form, magnitude_gate=gate, allow_future_leak=True)
+    attn = dict(magnitude=MagnitudeConfig(form, gate=gate, allow_future_leak=True))
     model = GPT(GPTConfig(vocab_size=11, block_size=12, n_layer=2, n_head=2, n_embd=16, pos_encoding="rope",
                           attention=attn))
     idx = torch.tensor([[3] * 12, [3, 3, 3, 4, 3, 3, 3, 3, 4, 3, 3, 3]])
@@ -387,7 +398,7 @@ def test_fast_path_float32_error(form):
 def test_the_gate_once_named_seed_is_still_accepted_as_sigmoid():
     """Old configs wrote magnitude_gate="seed" for the write-up's sigmoid(beta w + gamma): the config stores today's
     name, and the function takes either; the value is the closed form."""
-    assert AttentionConfig(magnitude="causal", magnitude_gate="seed").magnitude_gate == "sigmoid"
+    assert AttentionConfig(magnitude=MagnitudeConfig("causal", gate="seed")).magnitude.gate == "sigmoid"
     w = torch.tensor([-2.0, 0.25, 3.0], dtype=torch.float64)
     want = 1.0 / (1.0 + np.exp(-(1.5 * w.numpy() - 0.5)))
     for name in ("seed", "sigmoid"):

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from attnlab import Attention, AttentionConfig, get_variant, variant_info
+from attnlab.config import MagnitudeConfig
 from attnlab.attention_config import route
 from attnlab.functional import attention
 from attnlab.mechanisms.magnitude import reference as M
@@ -55,27 +56,27 @@ def prior_attention_ref(q, k, v, w, causal):
 
 
 @pytest.mark.parametrize("bad, patterns", [
-    (dict(magnitude_apply="scores"), ["magnitude_apply='scores'", "'values'", "'logits'"]),
-    (dict(magnitude_apply="logits"), ["magnitude_apply='logits'", "'global'", "'causal'", "'prefix'"]),
-    (dict(magnitude="causal", magnitude_apply="logits", normalizer="none"),
-     ["magnitude_apply='logits'", "normalizer='none'", "'softmax'"]),
+    ({"magnitude": {"apply": "scores"}}, ["magnitude.apply='scores'", "'values'", "'logits'"]),
+    ({"magnitude_apply": "logits"}, ["magnitude_apply", "magnitude is off", "'global', 'causal' or 'prefix'"]),
+    ({"magnitude": {"form": "causal", "apply": "logits"}, "normalizer": "none"},
+     ["magnitude.apply='logits'", "normalizer='none'", "'softmax'"]),
 ])
 def test_bad_values_give_one_line(bad, patterns):
-    one_line_error(lambda: AttentionConfig(**bad), *patterns)
+    one_line_error(lambda: AttentionConfig.from_dict(bad), *patterns)
 
 
 def test_every_form_takes_the_prior_and_keeps_sdpa():
-    assert AttentionConfig().magnitude_apply == "values"  # today's gate stays the default
+    assert MagnitudeConfig().apply == "values"  # today's gate stays the default
     for form, causal in (("global", False), ("causal", True), ("prefix", True)):
-        cfg = AttentionConfig(magnitude=form, magnitude_apply="logits", causal=causal, backend="sdpa")
+        cfg = AttentionConfig(magnitude=MagnitudeConfig(form, apply="logits"), causal=causal, backend="sdpa")
         assert route(cfg).path == "sdpa"
-    assert route(AttentionConfig(magnitude="prefix")).path == "explicit"  # the value gate per (i, j) still does not
+    assert route(AttentionConfig(magnitude=MagnitudeConfig("prefix"))).path == "explicit"  # the value gate per (i, j) still does not
 
 
 def test_variants_are_registered():
     for name, form in (("magnitude-causal-logits", "causal"), ("magnitude-prefix-logits", "prefix")):
         cfg, info = get_variant(name), variant_info(name)
-        assert (cfg.magnitude, cfg.magnitude_apply, cfg.causal) == (form, "logits", True)
+        assert (cfg.magnitude.form, cfg.magnitude.apply, cfg.causal) == (form, "logits", True)
         assert "Magnitude Attention write-up" in info.source and info.notes
 
 
@@ -86,20 +87,21 @@ def test_the_floor_is_documented_where_it_is_used():
     from pathlib import Path
 
     doc = (Path(__file__).parents[1] / "docs" / "magnitude.md").read_text()
-    assert "1e-4" in doc and "1e-4" in AttentionConfig.__doc__ + _field_doc("magnitude_apply")
+    assert "1e-4" in doc and "1e-4" in _field_doc("apply")
 
 
 def _field_doc(name):
     import inspect
 
-    src = inspect.getsource(AttentionConfig)
+    src = inspect.getsource(MagnitudeConfig)
     return src[src.index(f"    {name}:"):].split('"""')[1]
 
 
 def test_no_gate_parameters_and_t_learns_through_the_sdpa_mask():
     """The prior has no gate: no beta or gamma. On the SDPA path the prior is the float attn_mask, and the gradient
     reaches log t through it (a fused kernel that dropped the mask's gradient would leave it 0)."""
-    cfg = get_variant("magnitude-causal-logits").replace(n_head=2, n_kv_head=1, magnitude_t=0.5)
+    base = get_variant("magnitude-causal-logits")
+    cfg = base.replace(n_head=2, n_kv_head=1, magnitude=base.magnitude.replace(t=0.5))
     layer = Attention(cfg, 16)
     assert route(cfg).path == "sdpa" and layer.magnitude.beta is None and layer.magnitude.gamma is None
     assert {n for n, _ in layer.magnitude.named_parameters()} == {"log_t"}
@@ -121,8 +123,7 @@ def test_layer_matches_the_formula_in_float64(form, causal, n_kv_head, t):
     p_ij ~ max(w, floor)_ij exp(z_ij) in numpy. t = 0.05 on 9 keys in R^8 gives negative weights, so the floor binds."""
     torch.manual_seed(2)
     eps = 1e-3
-    cfg = AttentionConfig(n_head=2, n_kv_head=n_kv_head, causal=causal, magnitude=form, magnitude_t=t,
-                          magnitude_eps=eps, magnitude_apply="logits", allow_future_leak=True)
+    cfg = AttentionConfig(n_head=2, n_kv_head=n_kv_head, causal=causal, magnitude=MagnitudeConfig(form, t=t, eps=eps, apply="logits", allow_future_leak=True))
     layer = Attention(cfg, 16).double().eval()
     t = layer.magnitude.t.item()  # the config's t up to the float32 rounding of the stored log t
     x = torch.randn(2, 9, 16, dtype=F64)
@@ -186,9 +187,7 @@ def test_seed_example_through_the_layer(form, eps):
     "values" (the gate on the values) leaves the weights at softmax's 20/70."""
     a = math.sqrt(2 * math.log(20))
     cfg = AttentionConfig(n_head=1, n_kv_head=1, q_mode="identity", k_mode="identity", v_mode="identity",
-                          out_proj=False, bias=False, magnitude="prefix" if form == "values" else form,
-                          magnitude_apply="values" if form == "values" else "logits", magnitude_t=100.0,
-                          magnitude_eps=eps)
+                          out_proj=False, bias=False, magnitude=MagnitudeConfig("prefix" if form == "values" else form, apply="values" if form == "values" else "logits", t=100.0, eps=eps))
     layer = Attention(cfg, 4).double().eval()
     x = torch.zeros(1, 51, 4, dtype=F64)
     x[0, 50, 0] = a

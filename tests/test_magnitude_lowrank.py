@@ -1,3 +1,4 @@
+from attnlab.config import MagnitudeConfig
 """The low-rank causal magnitude solver (attnlab.mechanisms.magnitude.lowrank) against independent
 references: a dense float64 solve of every prefix system of the same approximated matrix, the exact Cholesky prefix
 forms of attnlab.mechanisms.magnitude.reference, and the exact similarity when the landmarks are the points themselves."""
@@ -124,16 +125,17 @@ def test_duplicate_keys_stay_finite_and_share_a_unit_of_weight():
 
 
 def _lowrank(form="causal", **kw):
+    """The low-rank solver in form ``form``; kw: MagnitudeConfig fields."""
     from attnlab import AttentionConfig
 
-    return AttentionConfig(magnitude=form, magnitude_solver="lowrank", **kw)
+    return AttentionConfig(magnitude={"form": form, "solver": "lowrank", **kw})
 
 
 @pytest.mark.parametrize("bad,patterns", [
-    ({"magnitude_rank": 0}, ["attention.magnitude_rank=0"]),
-    ({"magnitude_chunk": 0}, ["attention.magnitude_chunk=0"]),
-    ({"magnitude_eps": 0.0}, ["attention.magnitude_eps=0.0", "eps > 0"]),
-    ({"magnitude_kernel": "laplacian"}, ["'lowrank' approximates the Gaussian kernel", "'laplacian'"]),
+    ({"rank": 0}, ["attention.magnitude.rank=0"]),
+    ({"chunk": 0}, ["attention.magnitude.chunk=0"]),
+    ({"eps": 0.0}, ["attention.magnitude.eps=0.0", "eps > 0"]),
+    ({"kernel": "laplacian"}, ["'lowrank' approximates the Gaussian kernel", "'laplacian'"]),
 ])
 def test_bad_lowrank_settings_get_one_line_errors(bad, patterns):
     from helpers import one_line_error
@@ -145,10 +147,10 @@ def test_lowrank_needs_a_causal_form_and_at_most_block_size_landmarks():
     from attnlab import AttentionConfig, GPTConfig
     from helpers import one_line_error
 
-    one_line_error(lambda: AttentionConfig(magnitude="global", magnitude_solver="lowrank", causal=False),
-                   "magnitude='causal' or 'prefix'", "magnitude='global'")
-    one_line_error(lambda: GPTConfig(block_size=16, n_head=2, n_embd=16, attention=_lowrank(magnitude_rank=17)),
-                   "attention.magnitude_rank=17", "allowed 1..16")
+    one_line_error(lambda: AttentionConfig(magnitude=MagnitudeConfig("global", solver="lowrank"), causal=False),
+                   "form 'causal' or 'prefix'", "form='global'")
+    one_line_error(lambda: GPTConfig(block_size=16, n_head=2, n_embd=16, attention=_lowrank(rank=17)),
+                   "attention.magnitude.rank=17", "allowed 1..16")
 
 
 @pytest.mark.parametrize("form", ["causal", "prefix"])
@@ -176,7 +178,7 @@ def test_lowrank_does_not_leak_the_future_with_several_chunks(form, apply):
     from helpers import LEAK_TOL, build, max_leak
 
     for chunk in (4, 5):
-        cfg = _lowrank(form, magnitude_rank=8, magnitude_chunk=chunk, magnitude_apply=apply)
+        cfg = _lowrank(form, rank=8, chunk=chunk, apply=apply)
         assert max_leak(build(cfg, "rope")) < LEAK_TOL
 
 
@@ -191,7 +193,7 @@ def test_lowrank_does_not_leak_at_t_256(form):
     for chunk in (64, 48):
         torch.manual_seed(0)
         model = GPT(GPTConfig(vocab_size=VOCAB, block_size=256, n_layer=2, n_head=4, n_embd=64,
-                              attention=_lowrank(form, magnitude_chunk=chunk))).double().eval()
+                              attention=_lowrank(form, chunk=chunk))).double().eval()
         idx = torch.randint(0, VOCAB, (1, 256), generator=torch.Generator().manual_seed(1))
         with torch.no_grad():
             base = model(idx)[0]
@@ -209,7 +211,7 @@ def test_landmarks_are_not_weight_decayed():
     from attnlab.train.optim import split_params
 
     model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=1, n_head=2, n_embd=16,
-                          attention=_lowrank(magnitude_rank=4)))
+                          attention=_lowrank(rank=4)))
     decay, no_decay = split_params(model)
     assert any(n.endswith("landmarks") for n, _ in no_decay) and not any(n.endswith("landmarks") for n, _ in decay)
 

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from attnlab import GPT, AttentionConfig, GPTConfig
+from attnlab.config import MagnitudeConfig
 from attnlab.attention_config import GPU_MIN_BLOCK, prefix_block, route
 from attnlab.mechanisms.magnitude.prefix_blocks import lowrank_prefix_attention
 from attnlab.nn import Attention
@@ -175,13 +176,13 @@ def test_the_block_is_a_config_value_and_by_default_the_chunk_on_the_cpu_and_at_
     import attnlab.nn.attention as attention_module
 
     def cfg(**extra):
-        return AttentionConfig(magnitude="prefix", magnitude_solver="lowrank", **extra)
+        return AttentionConfig(magnitude={"form": "prefix", "solver": "lowrank", **extra})
 
     assert GPU_MIN_BLOCK == 256
-    assert [prefix_block(cfg(), "cpu"), prefix_block(cfg(magnitude_chunk=300), "cpu"), prefix_block(cfg(), "cuda"),
-            prefix_block(cfg(magnitude_chunk=512), "cuda")] == [64, 300, 256, 512]
-    assert [prefix_block(cfg(magnitude_block=16), device) for device in ("cpu", "cuda")] == [16, 16]
-    one_line_error(lambda: cfg(magnitude_block=0), "attention.magnitude_block")
+    assert [prefix_block(cfg(), "cpu"), prefix_block(cfg(chunk=300), "cpu"), prefix_block(cfg(), "cuda"),
+            prefix_block(cfg(chunk=512), "cuda")] == [64, 300, 256, 512]
+    assert [prefix_block(cfg(block=16), device) for device in ("cpu", "cuda")] == [16, 16]
+    one_line_error(lambda: cfg(block=0), "attention.magnitude.block")
     seen = []
 
     def spy(*args, block, **kwargs):
@@ -201,13 +202,13 @@ def test_a_request_that_forces_a_slower_route_is_said_once(caplog):
     the reason and the fallback, the layer logs it once per reason, and the output is still the same function."""
     from attnlab.attention_config import say_route
 
-    base = AttentionConfig(magnitude="prefix", magnitude_solver="lowrank", magnitude_apply="logits")
+    base = AttentionConfig(magnitude=MagnitudeConfig("prefix", solver="lowrank", apply="logits"))
     assert route(base) == ("prefix_blocks", None, False)
     weights = route(base, return_weights=True)
     assert weights.path == "explicit" and "weights" in weights.forced and "prefix_blocks" in weights.forced
     dropped = route(base, dropout=True)  # the logit prior keeps SDPA, which takes dropout
     assert dropped.path == "sdpa" and "dropout" in dropped.forced
-    assert route(base.replace(magnitude_apply="values"), dropout=True).path == "explicit"
+    assert route(base.replace(magnitude=base.magnitude.replace(apply="values")), dropout=True).path == "explicit"
     assert route(AttentionConfig(), return_weights=True).path == "explicit"
     assert route(AttentionConfig(), dropout=True) == ("sdpa", None, True)
     one_line_error(lambda: route(AttentionConfig(backend="sdpa"), return_weights=True), "backend='sdpa'")

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from attnlab import GPT, Attention, AttentionConfig, GPTConfig, get_variant
+from attnlab.config import MagnitudeConfig
 from attnlab.functional import qk_normalize
 from attnlab.mechanisms.projections.module import IdentityInitLinear, LowRankLinear
 from helpers import LEAK_TOL, attention_ref, build, max_leak, one_line_error
@@ -251,7 +252,7 @@ def test_default_projections_are_plain_linear_for_hf_loading():
     AttentionConfig(qk_norm="learned", rank_fraction=0.5, n_kv_head=2),
     AttentionConfig(kv_latent=6, qk_norm="fixed", n_kv_head=1),
     AttentionConfig(q_mode="identity_init", n_kv_head=2, normalizer="none"),
-    AttentionConfig(q_mode="identity", k_mode="identity", v_mode="identity", out_proj=False, magnitude="causal"),
+    AttentionConfig(q_mode="identity", k_mode="identity", v_mode="identity", out_proj=False, magnitude=MagnitudeConfig("causal")),
 ])
 def test_combinations_run_and_do_not_leak(cfg):
     assert max_leak(build(cfg, "rope")) < LEAK_TOL

@@ -84,7 +84,8 @@ class Attention(nn.Module):
         self.qk_scale = config.qk_norm_gain(self.head_dim)  # g
         self.qk_gain = nn.Parameter(torch.tensor(float(self.qk_scale))) if config.qk_norm == "learned" else None
         self.resid_dropout = nn.Dropout(self.attn_dropout)
-        self.magnitude = MagnitudeGate.from_config(config, self.head_dim) if config.magnitude != "off" else None
+        self.magnitude = None if config.magnitude is None else MagnitudeGate.from_config(
+            config.magnitude, self.n_kv_head, self.head_dim)
         self.talking = TalkingHeads(self.n_head) if config.head_mix == "talking" else None
         self.router = MoHRouter(n_embd, self.n_head, *config.moh_sizes(), config.moh_balance) \
             if config.head_mix == "moh" else None
@@ -181,9 +182,9 @@ class Attention(nn.Module):
             factors = self.magnitude.prefix_factors(k)  # (phi, lambda, c): M_ij = (1 - phi_j'c_i) / lambda_j
         elif self.magnitude is not None:  # keys before RoPE: clones of a token stay clones at every position
             g = self.magnitude(k).to(v.dtype)  # [B, Hkv, S] or, for "prefix", [B, Hkv, T, S]
-            if cfg.magnitude_apply == "logits":
+            if cfg.magnitude.apply == "logits":
                 logit_prior = g  # log max(w, floor): softmax(z + prior), p_ij ~ w_ij exp(z_ij)
-            elif cfg.magnitude == "prefix":
+            elif cfg.magnitude.form == "prefix":
                 value_gate = g  # o_i = sum_j p_ij g_ij v_j
             else:
                 v = v * g.unsqueeze(-1)  # Attn(Q, K, Gate o V)   (Magnitude Attention write-up, step 3)

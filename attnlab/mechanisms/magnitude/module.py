@@ -5,16 +5,17 @@ With apply_to="logits" the same module returns a logit prior instead of a gate (
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 from torch import nn
 
 from . import reference as M
-from .reference import FORMS
 from .fused import full_precision_backward, gaussian_key_weights, lowrank_key_weights
 from .fused import lowrank_prefix_factors
-from .lowrank import CHUNK, LANDMARK_INIT_STD, RANK
+from .config import MagnitudeConfig
+from .lowrank import LANDMARK_INIT_STD
 
 
 class MagnitudeGate(nn.Module):
@@ -40,49 +41,41 @@ class MagnitudeGate(nn.Module):
     with Z); the trainer does so on the steps it does not log (:func:`record_magnitude_stats`, :func:`magnitude_log`).
     """
 
-    def __init__(self, form: str = "causal", *, t: float = 1.0, eps: float = 1e-3, kernel: str = "gaussian",
-                 solver: str = "cholesky", cg_iters: int = 5, gate: str = "clamp", beta: float = 1.0,
-                 gamma: float = 0.0, apply_to: str = "values", record_stats: bool = True, rank: int = RANK,
-                 chunk: int = CHUNK, n_heads: int = 1, head_dim: int | None = None):
+    def __init__(self, form: str = "causal", *, apply_to: str = "values", record_stats: bool = True,
+                 n_heads: int = 1, head_dim: int | None = None, **settings):
+        """form and settings: the fields of a MagnitudeConfig (t, eps, kernel, solver, rank, chunk, cg_iters, gate,
+        beta, gamma), checked there once; apply_to: its ``apply``. n_heads, head_dim: the K/V heads and their width
+        (the low-rank solver keeps one set of landmarks per K/V head)."""
         super().__init__()
-        if form not in FORMS:
-            raise ValueError(f"form={form!r} is not allowed; choose one of: {', '.join(map(repr, FORMS))}")
-        if form != "global" and solver == "cg":
-            raise ValueError(f"form={form!r} needs solver='cholesky' or 'lowrank' (CG is not causal)")
-        if solver == "lowrank" and (form == "global" or kernel != "gaussian" or head_dim is None):
-            raise ValueError(f"solver='lowrank' needs form 'causal' or 'prefix', the Gaussian kernel and head_dim "
-                             f"(got form={form!r}, kernel={kernel!r}, head_dim={head_dim!r})")
-        gate = M.GATE_ALIASES.get(gate, gate)
-        if gate not in M.GATES:
-            raise ValueError(f"gate={gate!r} is not allowed; choose one of: {', '.join(map(repr, M.GATES))}")
-        if apply_to not in M.APPLY:
-            raise ValueError(f"apply_to={apply_to!r} is not allowed; choose one of: {', '.join(map(repr, M.APPLY))}")
-        if not t > 0:
-            raise ValueError(f"t={t!r} must be > 0")
-        self.form, self.eps, self.kernel, self.solver = form, float(eps), kernel, solver
-        self.cg_iters, self.gate_form, self.apply_to, self.record_stats = cg_iters, gate, apply_to, record_stats
-        self.log_t = nn.Parameter(torch.tensor(math.log(t)))  # t = exp(log t) > 0
-        if apply_to == "values":
-            self.beta = nn.Parameter(torch.tensor(float(beta)))
-            self.gamma = nn.Parameter(torch.tensor(float(gamma)))
+        try:
+            cfg = MagnitudeConfig(form=form, apply=apply_to, **settings)
+        except TypeError as e:  # an unknown setting: name the allowed ones
+            raise ValueError(f"MagnitudeGate: {e}; settings are MagnitudeConfig's fields") from None
+        if cfg.solver == "lowrank" and head_dim is None:
+            raise ValueError("MagnitudeGate with solver='lowrank' needs head_dim (the landmarks' width)")
+        self.config = cfg
+        self.form, self.eps, self.kernel, self.solver = cfg.form, float(cfg.eps), cfg.kernel, cfg.solver
+        self.cg_iters, self.gate_form, self.apply_to, self.record_stats = cfg.cg_iters, cfg.gate, cfg.apply, record_stats
+        self.log_t = nn.Parameter(torch.tensor(math.log(cfg.t)))  # t = exp(log t) > 0
+        if cfg.apply == "values":
+            self.beta = nn.Parameter(torch.tensor(float(cfg.beta)))
+            self.gamma = nn.Parameter(torch.tensor(float(cfg.gamma)))
         else:  # a logit prior has no gate: no parameters that would never receive a gradient
             self.register_parameter("beta", None)
             self.register_parameter("gamma", None)
-        self.chunk = chunk
-        if solver == "lowrank":  # one set of landmarks per K/V head
-            self.landmarks = nn.Parameter(torch.randn(n_heads, rank, head_dim) * LANDMARK_INIT_STD)
+        self.chunk = cfg.chunk
+        if cfg.solver == "lowrank":  # one set of landmarks per K/V head
+            self.landmarks = nn.Parameter(torch.randn(n_heads, cfg.rank, head_dim) * LANDMARK_INIT_STD)
         else:
             self.register_parameter("landmarks", None)
         self.last_stats: dict[str, float] = {}
 
     @classmethod
-    def from_config(cls, cfg, head_dim: int | None = None) -> "MagnitudeGate":
-        """The gate an AttentionConfig with magnitude != "off" asks for (head_dim: for the lowrank solver)."""
-        return cls(cfg.magnitude, t=cfg.magnitude_t, eps=cfg.magnitude_eps, kernel=cfg.magnitude_kernel,
-                   solver=cfg.magnitude_solver, cg_iters=cfg.magnitude_cg_iters, gate=cfg.magnitude_gate,
-                   beta=cfg.magnitude_beta, gamma=cfg.magnitude_gamma, apply_to=cfg.magnitude_apply,
-                   rank=cfg.magnitude_rank, chunk=cfg.magnitude_chunk, n_heads=cfg.n_kv_head or 1,
-                   head_dim=head_dim)
+    def from_config(cls, cfg: MagnitudeConfig, n_heads: int = 1, head_dim: int | None = None) -> "MagnitudeGate":
+        """The gate a MagnitudeConfig asks for (n_heads: K/V heads, head_dim: for the low-rank solver's landmarks)."""
+        settings = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+                    if f.name not in ("form", "apply", "block", "allow_future_leak")}
+        return cls(cfg.form, apply_to=cfg.apply, n_heads=n_heads, head_dim=head_dim, **settings)
 
     @property
     def t(self) -> torch.Tensor:
