@@ -18,6 +18,9 @@ from typing import NamedTuple
 from .configio import from_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
 from .functional.attention import BACKENDS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa
+from .mechanisms.heads.config import FLAT_NAMES as HEAD_FLAT_NAMES
+from .mechanisms.heads.config import HeadMixConfig
+from .mechanisms.heads.config import fold_flat as fold_heads
 from .mechanisms.heads.functional import HEAD_MIXES, LOGIT_MIXES
 from .mechanisms.magnitude.config import FLAT_NAMES as MAGNITUDE_FLAT_NAMES
 from .mechanisms.magnitude.config import MagnitudeConfig, fold_flat
@@ -78,16 +81,8 @@ class AttentionConfig:
     """MLA (DeepSeek-V2): K = c W_uk, V = c W_uv from one cached latent c = RMSNorm(x W_dkv) of width d_c >= 1, so the cache holds d_c floats per token instead of 2 n_kv_head head_dim."""
     kv_latent_fraction: float | None = None
     """The latent width as a fraction f in (0, 1] of n_embd: d_c = round(f n_embd); or set `kv_latent`."""
-    head_mix: str = "concat"
-    """How the heads combine (masking write-up): `"concat"`: concatenated, then W_O; `"talking"`: talking heads, learned [H, H] mixes of the logits before the softmax and of the weights after it, both identity at init (Shazeer et al. 2020; explicit path); `"moh"`: mixture of heads, per-token router weights over the heads, `moh_shared` always on and the top `moh_top_k` of the rest, before W_O (Jin et al. 2024); `"coda"`: cascaded head-colliding attention, each layer's logits a Gaussian latent whose mean mixes all heads' logits (an MLP across heads) and the previous layer's sampled logits (Zheng et al. 2021, as the authors' released code computes it; explicit path)."""
-    coda_noise: float = 1.0
-    """CODA: sigma of the Gaussian noise on the logits in training (the released code's 1); 0 trains the mean path. Evaluation always uses the mean."""
-    moh_shared: int | None = None
-    """MoH: heads always active, 0 <= h_s < n_head; `None`: n_head // 2."""
-    moh_top_k: int | None = None
-    """MoH: routed heads active per token, 1 <= k <= n_head - h_s; `None`: half the routed heads, at least 1 (with the default h_s, 3/4 of the heads are active)."""
-    moh_balance: float = 0.01
-    """MoH: beta, the weight of the load-balance loss sum_i f_i P_i in the training loss (the paper's 0.01); 0 switches it off."""
+    heads: HeadMixConfig = HeadMixConfig()
+    """How the heads combine (the masking write-up): a HeadMixConfig table (mix: `"concat"`, `"talking"`, `"moh"` or `"coda"`; coda_noise; moh_shared, moh_top_k, moh_balance: the head switches below). A mix name stands for the table with that mix. The flat keys of older configs (`head_mix`, `moh_top_k`, ...) are folded in when a config is read."""
     count_prior: bool = False
     """The duplicate-count prior: softmax(z_ij - log c_ij), c_ij the copies of token x_j among x_1..x_i, so m identical tokens share one token's mass (attnlab.mechanisms.count_prior.reference; the control for magnitude's logit prior, which does the same on exact duplicates). Reads the token ids: causal softmax in a GPT only; composes with a magnitude logit prior (the two add)."""
 
@@ -113,7 +108,7 @@ class AttentionConfig:
         check_choice("attention.backend", self.backend, BACKENDS)
         self._check_magnitude()
         self._check_projections()
-        self._check_head_mix()
+        self._check_heads()
         if not isinstance(self.count_prior, bool):
             raise ConfigError(f"attention.count_prior={self.count_prior!r} must be true or false")
         if self.count_prior and not (self.causal and self.normalizer == "softmax"):
@@ -122,7 +117,7 @@ class AttentionConfig:
                               f"normalizer={self.normalizer!r}")
         if self.backend == "sdpa" and route(self.replace(backend="auto")).path != "sdpa":
             extra = ", magnitude form 'prefix' (a per-(i, j) gate)" if _form(self) == "prefix" else ""  # on the values
-            extra += f", head_mix={self.head_mix!r} (logits mixed across heads)" if self.head_mix in LOGIT_MIXES \
+            extra += f", heads.mix={self.heads.mix!r} (logits mixed across heads)" if self.heads.mix in LOGIT_MIXES \
                 else ""
             raise ConfigError(
                 f"attention.backend='sdpa' cannot compute normalizer={self.normalizer!r}, "
@@ -162,37 +157,19 @@ class AttentionConfig:
                 "needs causal=true; use form 'global' for bidirectional attention"
             )
 
-    def _check_head_mix(self) -> None:
-        """head_mix and MoH's sizes (checked against n_head once it is known)."""
-        check_choice("attention.head_mix", self.head_mix, HEAD_MIXES)
-        check_number("attention.moh_balance", self.moh_balance, low=0.0)
-        check_number("attention.coda_noise", self.coda_noise, low=0.0)
-        for name in ("moh_shared", "moh_top_k"):
-            if getattr(self, name) is not None:
-                check_number(f"attention.{name}", getattr(self, name), low=0, integer=True)
-                if self.head_mix != "moh":
-                    raise ConfigError(f"attention.{name}={getattr(self, name)!r} needs head_mix='moh', "
-                                      f"got head_mix={self.head_mix!r}")
-        if self.head_mix == "moh" and self.n_head is not None:
-            self.moh_sizes()
-
-    def moh_sizes(self) -> tuple[int, int]:
-        """MoH's (h_s shared heads, k routed heads per token), resolved against n_head; ConfigError if impossible."""
-        h = self.n_head
-        if h is None:
-            raise ConfigError("attention.head_mix='moh' needs n_head (GPTConfig fills it in)")
-        if h == 1:
-            raise ConfigError("attention.head_mix='moh' routes between heads, but n_head=1; use n_head >= 2")
-        shared = h // 2 if self.moh_shared is None else self.moh_shared
-        if shared >= h:
-            raise ConfigError(f"attention.moh_shared={shared} leaves no routed head of n_head={h}; "
-                              f"allowed: 0 <= moh_shared <= {h - 1}")
-        routed = h - shared
-        top_k = max(1, routed // 2) if self.moh_top_k is None else self.moh_top_k
-        if not 1 <= top_k <= routed:
-            raise ConfigError(f"attention.moh_top_k={top_k} must be between 1 and the {routed} routed heads "
-                              f"(n_head={h} - moh_shared={shared})")
-        return shared, top_k
+    def _check_heads(self) -> None:
+        """The heads table (its own rules are HeadMixConfig's); MoH's sizes once n_head is known."""
+        h = self.heads
+        if isinstance(h, str):  # a mix name stands for the table with that mix
+            h = HeadMixConfig(mix=h)
+        elif isinstance(h, dict):
+            h = from_dict(HeadMixConfig, h, where="attention.heads")
+        if not isinstance(h, HeadMixConfig):
+            raise ConfigError(f"attention.heads={h!r} must be a mix name ({', '.join(map(repr, HEAD_MIXES))}) or a "
+                              f"HeadMixConfig table")
+        object.__setattr__(self, "heads", h)
+        if h.mix == "moh" and self.n_head is not None:
+            h.moh_sizes(self.n_head)
 
     def _check_projections(self) -> None:
         """The Q/K/V projection fields (Boneless write-up), QK-norm, low rank and the MLA latent, and what they exclude."""
@@ -263,14 +240,19 @@ class AttentionConfig:
     def migrate_dict(cls, data: dict, where: str = "attention") -> dict:
         """An older config's table in today's shape: the flat magnitude keys folded into the magnitude table
         (attnlab.configio.from_dict calls this before it checks the keys)."""
-        return fold_flat(data, where)
+        return fold_heads(fold_flat(data, where))
 
     @classmethod
     def migrate_key(cls, parts: list[str], raw: str) -> list[str]:
-        """An override's dotted key in today's place: ``magnitude_t`` -> ``magnitude.t`` (every flat magnitude
-        key), and ``magnitude=<form>`` -> ``magnitude.form``, so that overrides compose in any order."""
+        """An override's dotted key in today's place: ``magnitude_t`` -> ``magnitude.t`` and ``moh_top_k`` ->
+        ``heads.moh_top_k`` (every flat key of the two tables), ``magnitude=<form>`` -> ``magnitude.form`` and
+        ``heads=<mix>`` -> ``heads.mix``, so that overrides compose in any order."""
         if parts[0] in MAGNITUDE_FLAT_NAMES:
             return ["magnitude", MAGNITUDE_FLAT_NAMES[parts[0]], *parts[1:]]
+        if parts[0] in HEAD_FLAT_NAMES:
+            return ["heads", HEAD_FLAT_NAMES[parts[0]], *parts[1:]]
+        if parts == ["heads"] and raw.strip().strip("\"'") in HEAD_MIXES:
+            return ["heads", "mix"]
         if parts == ["magnitude"] and raw.strip().strip("\"'") in MAGNITUDE_FORMS:
             return ["magnitude", "form"]
         return parts
@@ -280,6 +262,8 @@ class AttentionConfig:
         """The table a name stands for in an override: a magnitude form -> MagnitudeConfig(form)."""
         if field == "magnitude" and name in MAGNITUDE_FORMS:
             return MagnitudeConfig(form=name)
+        if field == "heads" and name in HEAD_MIXES:
+            return HeadMixConfig(mix=name)
         raise ConfigError(f"attention.{field}={name!r} is a name, not a table; set the whole table")
 
     @classmethod
@@ -321,7 +305,7 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
       heads do not) and backend is not "explicit";
     - else "explicit".
     """
-    logit_mix = cfg.head_mix in LOGIT_MIXES
+    logit_mix = cfg.heads.mix in LOGIT_MIXES
     m = cfg.magnitude
     blocks = (_form(cfg) == "prefix" and m.solver == LOWRANK and not cfg.count_prior and cfg.causal
               and cfg.kernel == "dot" and cfg.normalizer == "softmax" and cfg.mask_form == "additive"
@@ -365,5 +349,5 @@ def _form(cfg: "AttentionConfig") -> str:
     return "off" if cfg.magnitude is None else cfg.magnitude.form
 
 
-__all__ = ["AttentionConfig", "GPU_MIN_BLOCK", "LEARNED_MODES", "MagnitudeConfig", "PROJECTION_MODES", "QK_NORMS",
+__all__ = ["AttentionConfig", "GPU_MIN_BLOCK", "HeadMixConfig", "LEARNED_MODES", "MagnitudeConfig", "PROJECTION_MODES", "QK_NORMS",
            "ROUTES", "Route", "prefix_block", "route", "say_route"]

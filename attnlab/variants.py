@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .attention_config import AttentionConfig, MagnitudeConfig
+from .attention_config import AttentionConfig, HeadMixConfig, MagnitudeConfig
 from .errors import unknown_name
 from .mechanisms.magnitude.reference import PRIOR_FLOOR
 from .mechanisms.magnitude.lowrank import EPS as LOWRANK_EPS
@@ -193,14 +193,14 @@ register(
 register(
     "talking-heads", "talking heads: the logits mixed across heads by a learned [H, H] matrix before the softmax, the "
     "weights by another after it (both identity at init)",
-    "Shazeer et al. 2020, arXiv:2003.02436; the masking write-up (head recombination)", head_mix="talking",
+    "Shazeer et al. 2020, arXiv:2003.02436; the masking write-up (head recombination)", heads=HeadMixConfig("talking"),
     notes="the heads keep their count (h_k = h = h_v in the paper's notation). Identity init, so training starts "
           "from plain multi-head attention. Explicit path: no fused kernel mixes heads inside the softmax.",
 )
 register(
     "moh", "mixture of heads: per token, n_head/2 shared heads always on and the top half of the rest chosen by a "
     "router; the heads weighted by the router before W_o, a load-balance loss (beta 0.01) on the routed heads",
-    "Jin et al. 2024, arXiv:2410.11842; the masking write-up (head recombination)", head_mix="moh",
+    "Jin et al. 2024, arXiv:2410.11842; the masking write-up (head recombination)", heads=HeadMixConfig("moh"),
     notes="the gate normalisation is the authors' released code's (top-k renormalised, each group scaled by its "
           "active head count; attnlab.mechanisms.heads.functional). On CPU every head is computed and the unchosen ones are "
           "weighted 0, so MoH saves no compute here; with 4 heads, 3 are active per token.",
@@ -209,7 +209,7 @@ register(
     "coda", "cascaded head-colliding attention: each layer's logits a Gaussian latent, mean s + a_prev + f(s + a_prev) "
     "with f an MLP across the heads at each (i, j) and a_prev the previous layer's sampled logits; noise 1 in training",
     "Zheng et al. 2021, arXiv:2105.14850 (the authors' released code, LZhengisme/CODA); the masking write-up (head recombination)",
-    head_mix="coda",
+    heads=HeadMixConfig("coda"),
     notes="built from the authors' released code, which trains with the task loss alone (no KL term, unit variance, "
           "one sample per step, the mean path at evaluation); the paper's method section is not reproduced here "
           "(docs/heads.md). Explicit path; f has 24 H^2 + 9 H parameters per layer after the first.",

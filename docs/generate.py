@@ -6,7 +6,8 @@
 A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``<!-- NAME:END -->``. The names:
 
 - ``VARIANTS``: the variant registry (:func:`attnlab.variants`), name, description and source of each variant;
-- ``SWITCHES:<Class>``: every field of a config dataclass (AttentionConfig, MagnitudeConfig, GPTConfig, TrainConfig, DataConfig)
+- ``SWITCHES:<Class>``: every field of a config dataclass (AttentionConfig, MagnitudeConfig, HeadMixConfig, GPTConfig, TrainConfig,
+  DataConfig)
   with its type, default and documentation, read from the dataclass and its source (the field's docstring);
 - ``RESULTS:<dir>``: the tables ``attnlab report`` computes from the raw run logs in ``results/<dir>/``;
 - ``TASKS``: the task registry (:mod:`attnlab.tasks`): each task's summary, defaults and computed chance accuracy;
@@ -131,11 +132,12 @@ def variants_table(to_docs: str | None = None) -> str:
 def config_classes() -> dict:
     """The config dataclasses whose fields are the switches, by class name."""
     from attnlab import AttentionConfig, GPTConfig
-    from attnlab.config import MagnitudeConfig
+    from attnlab.config import HeadMixConfig, MagnitudeConfig
     from attnlab.data import DataConfig
     from attnlab.train import TrainConfig
 
-    return {c.__name__: c for c in (AttentionConfig, MagnitudeConfig, GPTConfig, TrainConfig, DataConfig)}
+    return {c.__name__: c for c in (AttentionConfig, MagnitudeConfig, HeadMixConfig, GPTConfig, TrainConfig,
+                                            DataConfig)}
 
 
 def field_docs(cls) -> dict[str, str]:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnlab import GPT, GPTConfig, get_variant
-from attnlab.attention_config import AttentionConfig
+from attnlab.attention_config import AttentionConfig, HeadMixConfig
 from attnlab.functional import attention
 from attnlab.mechanisms.heads.functional import moh_balance_loss, moh_gates
 from attnlab.nn import Attention
@@ -159,15 +159,23 @@ def test_head_mixing_with_random_parameters_does_not_leak(variant):
 
 
 @pytest.mark.parametrize("fields, patterns", [
-    ({"head_mix": "tlaking"}, ("head_mix", "tlaking", "concat")),
-    ({"head_mix": "moh", "moh_top_k": 3, "n_head": 4}, ("moh_top_k=3", "2 routed heads")),
-    ({"head_mix": "moh", "moh_shared": 5, "n_head": 4}, ("moh_shared=5", "n_head=4")),
-    ({"head_mix": "moh", "n_head": 1}, ("n_head=1",)),
-    ({"moh_top_k": 2}, ("moh_top_k=2", "head_mix='moh'")),
-    ({"head_mix": "talking", "backend": "sdpa"}, ("backend='sdpa'", "talking")),
+    ({"heads": {"mix": "tlaking"}}, ("heads.mix", "tlaking", "concat")),
+    ({"heads": {"mix": "moh", "moh_top_k": 3}, "n_head": 4}, ("moh_top_k=3", "2 routed heads")),
+    ({"heads": {"mix": "moh", "moh_shared": 5}, "n_head": 4}, ("moh_shared=5", "n_head=4")),
+    ({"heads": "moh", "n_head": 1}, ("n_head=1",)),
+    ({"heads": {"moh_top_k": 2}}, ("moh_top_k=2", "mix='moh'")),
+    ({"heads": "talking", "backend": "sdpa"}, ("backend='sdpa'", "talking")),
+    ({"head_mix": "moh", "moh_top_k": 3, "n_head": 4}, ("moh_top_k=3", "2 routed heads")),  # old flat keys
 ])
 def test_bad_head_mix_settings_get_one_line_errors(fields, patterns):
-    one_line_error(lambda: AttentionConfig(**fields), *patterns)
+    one_line_error(lambda: AttentionConfig.from_dict(fields), *patterns)
+
+
+def test_old_flat_head_keys_are_folded_into_the_table():
+    flat = {"head_mix": "moh", "moh_top_k": 1, "moh_balance": 0.0}
+    nested = AttentionConfig(heads=HeadMixConfig("moh", moh_top_k=1, moh_balance=0.0))
+    assert AttentionConfig.from_dict(flat) == nested
+    assert AttentionConfig(heads="coda") == AttentionConfig(heads=HeadMixConfig("coda"))
 
 
 def test_moh_with_one_head_is_refused_when_the_model_fills_in_n_head():

@@ -51,7 +51,7 @@ _REASONS = {  # field -> why a variant that changes it cannot be an HF attention
     "magnitude": "the magnitude gate has learned parameters (t, beta, gamma, landmarks) that the HF model lacks",
     "qk_norm": "a learned QK-norm gain is a parameter the HF model lacks (qk_norm='fixed' is accepted)",
     "causal": "HF decoders decide causality themselves (the module's is_causal)",
-    "head_mix": "talking heads and MoH have learned head-mixing parameters (mixes, a router) the HF model lacks",
+    "heads": "talking heads and MoH have learned head-mixing parameters (mixes, a router) the HF model lacks",
 }
 
 

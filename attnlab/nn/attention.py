@@ -26,7 +26,7 @@ class LayerOutput(NamedTuple):
     """What one attention layer computes (:meth:`Attention.run`): everything it hands on is returned, nothing is kept.
 
     y [B, T, n_embd]; weights [B, n_head, T, S] when asked for, else None; logits: CODA's a^l [B, H, T, S] for the
-    next layer (None unless head_mix="coda"); aux_loss: MoH's beta L_b in training (None otherwise), a graph tensor
+    next layer (None unless heads.mix="coda"); aux_loss: MoH's beta L_b in training (None otherwise), a graph tensor
     the model adds to its loss."""
 
     y: torch.Tensor
@@ -48,7 +48,7 @@ class Attention(nn.Module):
     Q/K/V may be x itself, identity-initialised or residual (Boneless write-up; attnlab.mechanisms.projections.module), low rank, or K, V
     rebuilt from one latent per token (MLA: attribute kv_latent instead of k_proj, v_proj); out_proj=False drops W_o.
     qk_norm != "off": logits g cos(q_h, k_h) / T (Henry et al. 2020), g a float or the parameter qk_gain.
-    head_mix: "talking" mixes the logits and the weights across heads (Shazeer et al. 2020); "moh" weights head h of
+    heads.mix: "talking" mixes the logits and the weights across heads (Shazeer et al. 2020); "moh" weights head h of
     token t by a router's g_th before W_o, y = concat_h(g_h o_h) W_o (Jin et al. 2024); "coda" makes the logits a
     cascade through the layers (Zheng et al. 2021; attnlab.mechanisms.heads.functional.cascade_logits): ``layer`` (the block's
     index) > 0 gets the head MLP f_l, and :meth:`run` takes the previous layer's logits and returns its own.
@@ -86,10 +86,11 @@ class Attention(nn.Module):
         self.resid_dropout = nn.Dropout(self.attn_dropout)
         self.magnitude = None if config.magnitude is None else MagnitudeGate.from_config(
             config.magnitude, self.n_kv_head, self.head_dim)
-        self.talking = TalkingHeads(self.n_head) if config.head_mix == "talking" else None
-        self.router = MoHRouter(n_embd, self.n_head, *config.moh_sizes(), config.moh_balance) \
-            if config.head_mix == "moh" else None
-        coda = config.head_mix == "coda"
+        heads = config.heads
+        self.talking = TalkingHeads(self.n_head) if heads.mix == "talking" else None
+        self.router = MoHRouter(n_embd, self.n_head, *heads.moh_sizes(self.n_head), heads.moh_balance) \
+            if heads.mix == "moh" else None
+        coda = heads.mix == "coda"
         self.head_mlp = HeadMLP(self.n_head) if coda and layer > 0 else None  # f_l; layer 1 has no a^(l-1)
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
@@ -200,11 +201,11 @@ class Attention(nn.Module):
             scale = 1.0
         if kv is not None and not latent_cache:
             k, v = kv.append(k, v)
-        if cfg.head_mix == "coda":  # a^l from s^l and a^(l-1) (noise in training only), kept for the next layer
+        if cfg.heads.mix == "coda":  # a^l from s^l and a^(l-1) (noise in training only), kept for the next layer
             def logit_fn(scores):
                 previous = previous_logits if self.head_mlp is not None else None
                 cascade.append(cascade_logits(scores, previous, self.head_mlp,
-                                              cfg.coda_noise if self.training else 0.0))
+                                              cfg.heads.coda_noise if self.training else 0.0))
                 return cascade[-1]
         if factors is not None:
             out = self._prefix_blocks(q, k, v, factors, (default_scale(q.shape[-1]) if scale is None else scale)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 
 HEAD_MIXES = ("concat", "talking", "moh", "coda")
-LOGIT_MIXES = ("talking", "coda")  # the head_mix values that change the logits inside the softmax: explicit path
+LOGIT_MIXES = ("talking", "coda")  # the heads.mix values that change the logits inside the softmax: explicit path
 
 
 def cascade_logits(scores: torch.Tensor, previous: torch.Tensor | None, head_mlp, noise: float,
