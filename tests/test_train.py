@@ -40,7 +40,7 @@ from attnlab.train import checkpoint as ckpt_mod
 from attnlab import weights as weights_mod
 from attnlab.train import distributed as dist_mod
 from attnlab.train import flops as flops_mod
-from attnlab.train import trainer as trainer_mod
+from attnlab.train.setup import Trainer
 from helpers import tiny
 
 EXACT_KEYS = ("step", "tokens", "train_loss", "val_loss", "lr", "grad_norm")
@@ -301,7 +301,7 @@ def test_resume_is_exact(tmp_path, cache_dir, straight, monkeypatch, how):
     elif how == "mid_step":  # Ctrl-C while drawing the 2nd micro-batch of step 6: step 6 is rolled back
         _raise_on_call(monkeypatch, Dataset, "get_batch", 12, when=lambda self, split, *a: split == "train")
     elif how == "mid_eval":  # Ctrl-C during the validation of step 8: its row is written after resuming
-        _raise_on_call(monkeypatch, trainer_mod._Trainer, "evaluate", 3)
+        _raise_on_call(monkeypatch, Trainer, "evaluate", 3)
         stopped_at = 8
     first = train(cfg, quiet=True, _after_step=hook)
     monkeypatch.undo()
