@@ -492,3 +492,24 @@ def test_global_batch_split_over_ranks():
     assert [list(range(8))[s] for s in slices] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     with pytest.raises(ConfigError, match="divisible"):
         dist_mod.local_slice(7, dist_mod.DistInfo(0, 2))
+
+
+def test_stop_signals_first_asks_second_raises_but_not_inside_the_update():
+    """The handler only sets a flag; a second signal raises KeyboardInterrupt at once, except inside the update
+    (uninterruptible), where it stays a request to stop after the step; the previous handlers come back."""
+    from attnlab.train.signals import StopSignals
+
+    said = []
+    previous = signal.getsignal(signal.SIGINT)
+    with StopSignals(said.append) as stop:
+        assert not stop.requested
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.requested and len(said) == 1
+        with stop.uninterruptible():
+            os.kill(os.getpid(), signal.SIGTERM)  # a second one during the update: no exception
+        assert stop.requested and len(said) == 1
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(100):  # the handler runs at the next bytecode boundary
+                pass
+    assert signal.getsignal(signal.SIGINT) is previous
