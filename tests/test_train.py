@@ -40,7 +40,7 @@ from attnlab.train import checkpoint as ckpt_mod
 from attnlab import weights as weights_mod
 from attnlab.train import distributed as dist_mod
 from attnlab.train import flops as flops_mod
-from attnlab.train import trainer as trainer_mod
+from attnlab.train.setup import Trainer
 from helpers import tiny
 
 EXACT_KEYS = ("step", "tokens", "train_loss", "val_loss", "lr", "grad_norm")
@@ -301,7 +301,7 @@ def test_resume_is_exact(tmp_path, cache_dir, straight, monkeypatch, how):
     elif how == "mid_step":  # Ctrl-C while drawing the 2nd micro-batch of step 6: step 6 is rolled back
         _raise_on_call(monkeypatch, Dataset, "get_batch", 12, when=lambda self, split, *a: split == "train")
     elif how == "mid_eval":  # Ctrl-C during the validation of step 8: its row is written after resuming
-        _raise_on_call(monkeypatch, trainer_mod._Trainer, "evaluate", 3)
+        _raise_on_call(monkeypatch, Trainer, "evaluate", 3)
         stopped_at = 8
     first = train(cfg, quiet=True, _after_step=hook)
     monkeypatch.undo()
@@ -492,3 +492,24 @@ def test_global_batch_split_over_ranks():
     assert [list(range(8))[s] for s in slices] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     with pytest.raises(ConfigError, match="divisible"):
         dist_mod.local_slice(7, dist_mod.DistInfo(0, 2))
+
+
+def test_stop_signals_first_asks_second_raises_but_not_inside_the_update():
+    """The handler only sets a flag; a second signal raises KeyboardInterrupt at once, except inside the update
+    (uninterruptible), where it stays a request to stop after the step; the previous handlers come back."""
+    from attnlab.train.signals import StopSignals
+
+    said = []
+    previous = signal.getsignal(signal.SIGINT)
+    with StopSignals(said.append) as stop:
+        assert not stop.requested
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.requested and len(said) == 1
+        with stop.uninterruptible():
+            os.kill(os.getpid(), signal.SIGTERM)  # a second one during the update: no exception
+        assert stop.requested and len(said) == 1
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(100):  # the handler runs at the next bytecode boundary
+                pass
+    assert signal.getsignal(signal.SIGINT) is previous

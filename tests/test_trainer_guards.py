@@ -2,6 +2,7 @@
 one for divergence_patience evaluations stops the run in one line, with status "diverged", and no checkpoint of
 the bad state replaces the last good one."""
 
+import copy
 import json
 
 import pytest
@@ -117,28 +118,73 @@ def test_mfu_counts_the_magnitude_gates():
     assert gate_flops_per_token(GPT(GPTConfig(vocab_size=30, block_size=t, n_layer=2, n_head=2, n_embd=32)), t) == 0
 
 
-def test_the_fused_optimizer_skips_a_flagged_step_on_the_device():
-    """The trainer reads the loss on the host only at logged steps; a non-finite step in between is
-    skipped by make_optimizer's fused AdamW through found_inf: weights, moments and step count stay as they were."""
+def _fused_adamw_or_skip(device: str):
+    """make_optimizer's AdamW on ``device``: fused where torch has the kernel (CPU and CUDA), else the test skips."""
     import torch
 
     from attnlab import GPT, GPTConfig
     from attnlab.train import TrainConfig, make_optimizer
 
-    model = GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8))
-    opt = make_optimizer(model, TrainConfig(), "cpu")
-    assert opt.defaults["fused"]
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the CUDA fused AdamW is checked where one is")
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=8)).to(device)
+    try:
+        opt = make_optimizer(model, TrainConfig(), device)
+    except RuntimeError as e:  # a torch build without the fused kernel for this device
+        pytest.skip(f"this torch has no fused AdamW on {device}: {e}")
+    if not opt.defaults.get("fused"):
+        pytest.skip(f"make_optimizer does not use the fused AdamW on {device}")
     for group in opt.param_groups:
         group["lr"] = 1e-2  # lr_at(0) is 0 (warm-up)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    for p in model.parameters():
-        p.grad = torch.full_like(p, float("nan"))
-    opt.found_inf = torch.ones(())
-    opt.step()
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    assert all(float(s["step"]) == 0 for s in opt.state.values())
+    return model, opt
+
+
+def _optimizer_state(model, opt) -> dict:
+    """Every parameter, and every tensor of the optimizer's state (both moments, the step count), cloned."""
+    state = {f"param/{k}": v.detach().clone() for k, v in model.state_dict().items()}
+    for i, p in enumerate(model.parameters()):
+        for key, value in opt.state[p].items():
+            state[f"state/{i}/{key}"] = value.detach().clone()
+    return state
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_fused_adamw_found_inf_contract(device):
+    """The private torch contract skip_step_if_not_finite relies on (see its docstring), checked against the installed
+    torch: with found_inf = 1 the fused AdamW's step leaves every weight, both moments and the step count exactly as
+    they were, even with NaN gradients; with found_inf = 0 it is an ordinary step, equal to the unfused AdamW's; the
+    attribute is removed after the step. If this fails, torch changed the contract: the trainer can no longer skip
+    a non-finite step on the device (read the loss every step instead, as under DDP)."""
+    import torch
+
+    from attnlab.train.optim import param_groups, skip_step_if_not_finite
+
+    model, opt = _fused_adamw_or_skip(device)
+    false, true = torch.zeros((), dtype=torch.bool, device=device), torch.ones((), dtype=torch.bool, device=device)
     for p in model.parameters():
         p.grad = torch.ones_like(p)
-    opt.found_inf = torch.zeros(())
-    opt.step()
-    assert not torch.equal(before["wte.weight"], model.wte.weight)
+    skip_step_if_not_finite(opt, false)  # one ordinary step first: moments and step counts exist and are nonzero
+    assert not hasattr(opt, "found_inf")
+    before = _optimizer_state(model, opt)
+    assert all(float(s["step"]) == 1 for s in opt.state.values())
+
+    for p in model.parameters():
+        p.grad = torch.full_like(p, float("nan"))
+    skip_step_if_not_finite(opt, true)  # a flagged step: nothing moves
+    after = _optimizer_state(model, opt)
+    assert after.keys() == before.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+    reference = copy.deepcopy(model)  # the same state through the unfused AdamW: the step it must equal
+    ref_opt = torch.optim.AdamW(param_groups(reference, 0.0), fused=False)
+    ref_opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # lr, betas, weight decay, moments, step counts
+    grads = {n: torch.randn_like(p) for n, p in model.named_parameters()}
+    for (n, p), q in zip(model.named_parameters(), reference.parameters()):
+        p.grad, q.grad = grads[n].clone(), grads[n].clone()
+    skip_step_if_not_finite(opt, false)  # an unflagged step: an ordinary one
+    ref_opt.step()
+    assert all(float(s["step"]) == 2 for s in opt.state.values())
+    assert not torch.equal(before["param/wte.weight"], model.wte.weight)
+    for (n, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=n)
+

@@ -8,6 +8,9 @@ decayed: shrinking them towards zero only fights the normalisation or removes in
 
 The schedule (:func:`lr_at`) is a linear warmup from 0 to ``lr`` followed by a cosine decay to ``min_lr``
 (Loshchilov & Hutter 2017, "SGDR", without restarts), the schedule of GPT-3 (Brown et al. 2020, appendix B).
+
+:func:`skip_step_if_not_finite` is the one place that relies on a private contract of torch (the fused AdamW's
+``found_inf`` attribute); tests/test_trainer_guards.py checks that contract against the installed torch.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from torch import nn
 
 from .config import TrainConfig
 
-__all__ = ["lr_at", "split_params", "param_groups", "make_optimizer", "set_lr"]
+__all__ = ["lr_at", "split_params", "param_groups", "make_optimizer", "set_lr", "skips_on_device",
+           "skip_step_if_not_finite"]
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -74,8 +78,8 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, device_type: str = "cpu") -> torch.optim.AdamW:
     """AdamW over :func:`param_groups` (the fused kernel on CPU and CUDA: ~4x faster than the foreach one on the
-    `cpu` preset's CPU, and its found_inf flag lets the trainer skip a non-finite step without a host read); the
-    lr is set every step from :func:`lr_at`."""
+    `cpu` preset's CPU, and :func:`skip_step_if_not_finite` lets the trainer skip a non-finite step without a host
+    read); the lr is set every step from :func:`lr_at`."""
     extra = {"fused": True} if device_type in ("cpu", "cuda") else {}
     return torch.optim.AdamW(
         param_groups(model, cfg.weight_decay), lr=lr_at(0, cfg), betas=(cfg.beta1, cfg.beta2), **extra
@@ -86,3 +90,27 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Set the learning rate of every parameter group."""
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether :func:`skip_step_if_not_finite` can skip a step of ``optimizer`` on the device (a fused AdamW)."""
+    return bool(optimizer.defaults.get("fused"))
+
+
+def skip_step_if_not_finite(optimizer: torch.optim.Optimizer, bad: torch.Tensor) -> None:
+    """``optimizer.step()``, made a no-op on the device when ``bad`` (a 0-d bool tensor) is true: no host read.
+
+    This relies on a private contract of torch's fused Adam/AdamW (``fused=True``, CPU and CUDA kernels), the one
+    ``torch.amp.GradScaler.step`` uses for fp16: when the optimizer has an attribute ``found_inf`` (a 0-d float32
+    tensor), ``step()`` passes it to the fused kernel, which leaves the parameters and both moments alone where it
+    is nonzero, and then subtracts it from every step count (so the count does not move either). Where it is zero
+    the step is an ordinary one. Like GradScaler, the attribute is set just before the step and removed after it.
+    tests/test_trainer_guards.py fails if the installed torch no longer keeps this contract.
+    """
+    if not skips_on_device(optimizer):
+        raise ValueError("skip_step_if_not_finite needs a fused AdamW (make_optimizer on cpu or cuda)")
+    optimizer.found_inf = bad.to(torch.float32)  # 1.0 when bad: the kernel skips the update, 0.0: a normal step
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf
