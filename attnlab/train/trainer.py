@@ -17,7 +17,7 @@ A run directory holds::
     tensorboard/     TensorBoard event files (only with train.tensorboard = true)
     wandb/, wandb_id.txt   the Weights & Biases run and its id (only with train.wandb_project; attnlab.train.trackers)
 
-Magnitude gates (the magnitude write-up; model.attention with magnitude != "off", e.g. magnitude-causal): every row of a step
+Magnitude gates (the magnitude write-up; model.attention with a magnitude table, e.g. magnitude-causal): every row of a step
 that trained also carries, per attention layer i (0 = the first block), the gate's stats from the forward pass of
 that step (its last micro-batch; rank 0's under DDP), under flat keys "mag/L<i>/<stat>" (also TensorBoard scalars):
 
@@ -27,7 +27,7 @@ that step (its last micro-batch; rank 0's under DDP), under flat keys "mag/L<i>/
                                Cholesky: rounding)
     mag/L<i>/mu_min, mu_max    smallest and largest weight the gate read (mu_j, w_j or M_ij with j <= i)
     mag/L<i>/jitter            largest diagonal jitter a failed Cholesky needed (0 normally)
-    mag/L<i>/gate_mean         mean gate value (magnitude_apply="values")
+    mag/L<i>/gate_mean         mean gate value (magnitude.apply="values")
     mag/L<i>/prior_floored     fraction of the weights read that sit at the logit prior's floor ("logits")
 
 Pseudo-rank (the Boneless write-up; train.track_rank, on by default): every row with a validation loss also carries
