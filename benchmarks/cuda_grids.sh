@@ -17,8 +17,9 @@ JOBS="${GRID_JOBS:-3}"; DEVICE="${GRID_DEVICE:-cuda}"  # GRID_DEVICE=cpu tries t
 WORK="${GRID_WORK:-/tmp/grids}"
 if compgen -G ".whl/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | tail -2
-  export PYTHONPATH=/tmp/site:$PWD
+  export PYTHONPATH=/tmp/site
 fi
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"  # the package lives in src/ (no install on the device)
 export PYTHONUNBUFFERED=1 ATTNLAB_CACHE=/tmp/attnlab-cache MPLBACKEND=Agg
 attnlab() { python3 -c "import sys; from attnlab.cli import main; sys.exit(main())" "$@"; }
 t0=$(date +%s); stamp() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }

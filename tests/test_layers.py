@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "attnlab"
+PACKAGE = ROOT / "src" / "attnlab"
 
 # bottom to top: a module may import its own layer (without cycles) and the layers below, never one above
 LAYERS = [

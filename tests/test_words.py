@@ -24,14 +24,14 @@ FORBIDDEN = (
 )
 
 # The one place the write-ups' former names appear: `attnlab verify` accepts them as aliases.
-ALLOWED_LEGACY = ("attnlab/verify/aliases.py",)
+ALLOWED_LEGACY = ("src/attnlab/verify/aliases.py",)
 
 
 THIS_FILE = "tests/test_words.py"
 
 
 def _files() -> list[str]:
-    paths = [*ROOT.glob("attnlab/**/*.py"), *ROOT.glob("attnlab/**/*.toml"), *ROOT.glob("tests/**/*.py"),
+    paths = [*ROOT.glob("src/attnlab/**/*.py"), *ROOT.glob("src/attnlab/**/*.toml"), *ROOT.glob("tests/**/*.py"),
              *(p for p in ROOT.glob("benchmarks/**/*") if p.is_file() and p.suffix in (".py", ".sh", ".toml"))]
     return sorted({p.relative_to(ROOT).as_posix() for p in paths} - {THIS_FILE})
 
@@ -51,7 +51,7 @@ def _hits(rel: str) -> list[str]:
 
 def test_the_scanned_files_exist():
     files = _files()
-    assert "attnlab/variants.py" in files and "attnlab/verify/ledger.py" in files and "benchmarks/magnitude.py" in files
+    assert "src/attnlab/variants.py" in files and "src/attnlab/verify/ledger.py" in files and "benchmarks/magnitude.py" in files
     assert any(f.endswith(".toml") for f in files) and any(f.startswith("tests/") for f in files)
     for rel in ALLOWED_LEGACY:  # a stale entry would hide nothing and should go
         assert (ROOT / rel).is_file(), f"{rel} is listed but does not exist"
