@@ -63,8 +63,6 @@ def hf_refusal(name_or_config: str | AttentionConfig) -> str | None:
         ours, base = getattr(config, field.name), getattr(default, field.name)
         if ours == base or (field.name in INSIDE and not (field.name == "qk_norm" and ours == "learned")):
             continue
-        if field.name == "magnitude":
-            return _REASONS["magnitude"]
         return _REASONS.get(field.name, f"it sets {field.name}={ours!r}, which acts outside the attention function")
     return None
 

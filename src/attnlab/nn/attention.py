@@ -84,8 +84,8 @@ class Attention(nn.Module):
         self.qk_scale = config.qk_norm_gain(self.head_dim)  # g
         self.qk_gain = nn.Parameter(torch.tensor(float(self.qk_scale))) if config.qk_norm == "learned" else None
         self.resid_dropout = nn.Dropout(self.attn_dropout)
-        self.magnitude = None if config.magnitude is None else MagnitudeGate.from_config(
-            config.magnitude, self.n_kv_head, self.head_dim)
+        self.magnitude = None if config.magnitude is None else MagnitudeGate(
+            config.magnitude, n_heads=self.n_kv_head, head_dim=self.head_dim)
         heads = config.heads
         self.talking = TalkingHeads(self.n_head) if heads.mix == "talking" else None
         self.router = MoHRouter(n_embd, self.n_head, *heads.moh_sizes(self.n_head), heads.moh_balance) \

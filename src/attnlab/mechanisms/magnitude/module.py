@@ -5,7 +5,6 @@ With apply_to="logits" the same module returns a logit prior instead of a gate (
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import torch
@@ -41,14 +40,14 @@ class MagnitudeGate(nn.Module):
     with Z); the trainer does so on the steps it does not log (:func:`record_magnitude_stats`, :func:`magnitude_log`).
     """
 
-    def __init__(self, form: str = "causal", *, apply_to: str = "values", record_stats: bool = True,
+    def __init__(self, form: str | MagnitudeConfig = "causal", *, apply_to: str = "values", record_stats: bool = True,
                  n_heads: int = 1, head_dim: int | None = None, **settings):
-        """form and settings: the fields of a MagnitudeConfig (t, eps, kernel, solver, rank, chunk, cg_iters, gate,
-        beta, gamma), checked there once; apply_to: its ``apply``. n_heads, head_dim: the K/V heads and their width
-        (the low-rank solver keeps one set of landmarks per K/V head)."""
+        """form: a MagnitudeConfig, or its form with the other fields as settings (t, eps, kernel, solver, rank,
+        chunk, cg_iters, gate, beta, gamma; apply_to is its ``apply``), checked there once. n_heads, head_dim: the
+        K/V heads and their width (the low-rank solver keeps one set of landmarks per K/V head)."""
         super().__init__()
         try:
-            cfg = MagnitudeConfig(form=form, apply=apply_to, **settings)
+            cfg = form if isinstance(form, MagnitudeConfig) else MagnitudeConfig(form=form, apply=apply_to, **settings)
         except TypeError as e:  # an unknown setting: name the allowed ones
             raise ValueError(f"MagnitudeGate: {e}; settings are MagnitudeConfig's fields") from None
         if cfg.solver == "lowrank" and head_dim is None:
@@ -69,13 +68,6 @@ class MagnitudeGate(nn.Module):
         else:
             self.register_parameter("landmarks", None)
         self.last_stats: dict[str, float] = {}
-
-    @classmethod
-    def from_config(cls, cfg: MagnitudeConfig, n_heads: int = 1, head_dim: int | None = None) -> "MagnitudeGate":
-        """The gate a MagnitudeConfig asks for (n_heads: K/V heads, head_dim: for the low-rank solver's landmarks)."""
-        settings = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-                    if f.name not in ("form", "apply", "block", "allow_future_leak")}
-        return cls(cfg.form, apply_to=cfg.apply, n_heads=n_heads, head_dim=head_dim, **settings)
 
     @property
     def t(self) -> torch.Tensor:
