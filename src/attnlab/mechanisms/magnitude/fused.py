@@ -1,4 +1,4 @@
-"""The fused magnitude kernel behind :class:`attnlab.nn.MagnitudeGate`: keys -> magnitude weights in one autograd
+"""The fused magnitude path behind :class:`attnlab.mechanisms.magnitude.MagnitudeGate`: keys -> magnitude weights in one autograd
 node with hand-derived gradients (Magnitude Attention write-up; Gaussian kernel only).
 
 It computes the same numbers as the reference math in :mod:`attnlab.mechanisms.magnitude.reference` (similarity + tikhonov
@@ -384,7 +384,7 @@ def gaussian_key_weights(keys: torch.Tensor, t, eps: float = 0.0, *, form: str =
 def lowrank_key_weights(keys: torch.Tensor, landmarks: torch.Tensor, t, eps: float, *, form: str = "causal",
                         chunk: int = CHUNK, with_residual: bool = True):
     """(w, |X| [...], SolveInfo): what MagnitudeGate needs from keys [..., N, d] with the low-rank solver, the
-    counterpart of magnitude_kernel.gaussian_key_weights. form "causal": w [..., N], key j's weight in its own
+    counterpart of gaussian_key_weights. form "causal": w [..., N], key j's weight in its own
     prefix; "prefix": M [..., N, N]. |X| = sum_k y_k^2 is the magnitude of the whole (approximated) key set. The
     residual is that of the full approximated system, ||1 - A mu|| / sqrt(N) with mu = M_N (O(N r) by Woodbury);
     it measures rounding, not the approximation of Z. eps must be > 0 (D can be 0 on a landmark)."""
