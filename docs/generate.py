@@ -132,12 +132,12 @@ def variants_table(to_docs: str | None = None) -> str:
 def config_classes() -> dict:
     """The config dataclasses whose fields are the switches, by class name."""
     from attnlab import AttentionConfig, GPTConfig
-    from attnlab.config import HeadMixConfig, MagnitudeConfig
+    from attnlab.config import HeadMixConfig, MagnitudeConfig, ProjectionConfig
     from attnlab.data import DataConfig
     from attnlab.train import TrainConfig
 
-    return {c.__name__: c for c in (AttentionConfig, MagnitudeConfig, HeadMixConfig, GPTConfig, TrainConfig,
-                                            DataConfig)}
+    return {c.__name__: c for c in (AttentionConfig, MagnitudeConfig, HeadMixConfig, ProjectionConfig,
+                                            GPTConfig, TrainConfig, DataConfig)}
 
 
 def field_docs(cls) -> dict[str, str]:

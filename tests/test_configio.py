@@ -190,8 +190,10 @@ def test_attention_table_round_trip(presets, tmp_path):
     data = load_toml(save_toml(cfg, tmp_path / "a.toml"))
     attn = AttentionConfig(kernel="rbf")
     set_fields = {f.name: getattr(attn, f.name) for f in dataclasses.fields(attn) if getattr(attn, f.name) is not None}
-    set_fields["heads"] = {f.name: getattr(attn.heads, f.name) for f in dataclasses.fields(attn.heads)
-                           if getattr(attn.heads, f.name) is not None}  # a nested table, written as one
+    for table in ("heads", "projections"):  # nested tables, written as tables
+        sub = getattr(attn, table)
+        set_fields[table] = {f.name: getattr(sub, f.name) for f in dataclasses.fields(sub)
+                             if getattr(sub, f.name) is not None}
     assert data["model"]["attention"] == set_fields  # every set field written, unset (None) ones left out
     assert "n_head" not in data["model"]["attention"] and data["model"]["attention"]["kernel"] == "rbf"
     assert from_dict(RunConfig, data) == cfg

@@ -76,7 +76,8 @@ def _switch_rows(block: str) -> list[list[str]]:
     return rows
 
 
-@pytest.mark.parametrize("class_name", ["AttentionConfig", "MagnitudeConfig", "HeadMixConfig", "GPTConfig", "TrainConfig", "DataConfig"])
+@pytest.mark.parametrize("class_name", ["AttentionConfig", "MagnitudeConfig", "HeadMixConfig", "ProjectionConfig",
+                                        "GPTConfig", "TrainConfig", "DataConfig"])
 def test_switch_table_is_the_dataclass(class_name):
     """docs/variants.md lists every field of the config dataclass, in order, with its type and default."""
     cls = generate.config_classes()[class_name]

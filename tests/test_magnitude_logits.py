@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from attnlab import Attention, AttentionConfig, get_variant, variant_info
+from attnlab.config import ProjectionConfig
 from attnlab.config import MagnitudeConfig
 from attnlab.attention_config import route
 from attnlab.functional import attention
@@ -186,8 +187,7 @@ def test_seed_example_through_the_layer(form, eps):
     |p_u - 20/(20 + H_50)| <= 20 eps H_50 / (20 + H_50)^2 (+ eps^2): the tolerance.
     "values" (the gate on the values) leaves the weights at softmax's 20/70."""
     a = math.sqrt(2 * math.log(20))
-    cfg = AttentionConfig(n_head=1, n_kv_head=1, q_mode="identity", k_mode="identity", v_mode="identity",
-                          out_proj=False, bias=False, magnitude=MagnitudeConfig("prefix" if form == "values" else form, apply="values" if form == "values" else "logits", t=100.0, eps=eps))
+    cfg = AttentionConfig(n_head=1, n_kv_head=1, projections=ProjectionConfig(q_mode="identity", k_mode="identity", v_mode="identity", out_proj=False), bias=False, magnitude=MagnitudeConfig("prefix" if form == "values" else form, apply="values" if form == "values" else "logits", t=100.0, eps=eps))
     layer = Attention(cfg, 4).double().eval()
     x = torch.zeros(1, 51, 4, dtype=F64)
     x[0, 50, 0] = a

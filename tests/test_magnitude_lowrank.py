@@ -1,4 +1,3 @@
-from attnlab.config import MagnitudeConfig
 """The low-rank causal magnitude solver (attnlab.mechanisms.magnitude.lowrank) against independent
 references: a dense float64 solve of every prefix system of the same approximated matrix, the exact Cholesky prefix
 forms of attnlab.mechanisms.magnitude.reference, and the exact similarity when the landmarks are the points themselves."""
@@ -8,6 +7,7 @@ import pytest
 import torch
 
 from attnlab.mechanisms.magnitude.reference import prefix_factor, prefix_weight_matrix_from_factor, similarity
+from attnlab.config import MagnitudeConfig
 from attnlab.mechanisms.magnitude.reference import own_prefix_weights_from_factor, prefix_weights
 from attnlab.mechanisms.magnitude.lowrank import lowrank_prefix, nystrom_features, prefix_weight_matrix_lowrank
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from attnlab import GPT, Attention, AttentionConfig, GPTConfig, get_variant
+from attnlab.config import ProjectionConfig
 from attnlab.config import MagnitudeConfig
 from attnlab.functional import qk_normalize
 from attnlab.mechanisms.projections.module import IdentityInitLinear, LowRankLinear
@@ -103,7 +104,7 @@ def test_identity_init_starts_as_identity_then_trains_away():
     for proj in (trained.q_proj, trained.k_proj):
         assert isinstance(proj, IdentityInitLinear)
         assert torch.equal(proj.weight, torch.eye(C, dtype=torch.float64)) and not proj.bias.any()
-    fixed = Attention(AttentionConfig(n_head=H, n_kv_head=H, q_mode="identity", k_mode="identity"), C).double()
+    fixed = Attention(AttentionConfig(n_head=H, n_kv_head=H, projections=ProjectionConfig(q_mode="identity", k_mode="identity")), C).double()
     fixed.v_proj.load_state_dict(trained.v_proj.state_dict())
     fixed.out_proj.load_state_dict(trained.out_proj.state_dict())
     x = x_()
@@ -129,7 +130,7 @@ def test_residual_projection_is_wx_plus_x():
 
 
 def test_residual_q_works_with_gqa_and_does_not_leak():
-    cfg = AttentionConfig(q_mode="residual", n_kv_head=2)
+    cfg = AttentionConfig(projections=ProjectionConfig(q_mode="residual"), n_kv_head=2)
     assert max_leak(build(cfg)) < LEAK_TOL
 
 
@@ -184,14 +185,14 @@ def test_low_rank_weights_have_rank_r_and_the_computed_parameter_count(n_kv_head
 
 
 def test_low_rank_absolute_rank_and_dense_scale_init():
-    attn = layer(AttentionConfig(rank=3))
+    attn = layer(AttentionConfig(projections=ProjectionConfig(rank=3)))
     assert all(torch.linalg.matrix_rank(p.weight) == 3 for p in (attn.q_proj, attn.k_proj, attn.v_proj))
     w = LowRankLinear(512, 512, 64).weight  # B A starts with the dense layer's entrywise std 0.02
     assert w.std().item() == pytest.approx(0.02, rel=0.05)
 
 
 def test_residual_low_rank_composes():
-    attn = layer(AttentionConfig(q_mode="residual", rank=4))
+    attn = layer(AttentionConfig(projections=ProjectionConfig(q_mode="residual", rank=4)))
     x = x_()
     torch.testing.assert_close(attn.q_proj(x), x @ attn.q_proj.proj.weight.T + attn.q_proj.proj.bias + x)
     assert torch.linalg.matrix_rank(attn.q_proj.proj.weight) == 4
@@ -230,8 +231,8 @@ def test_mla_kv_cache_numbers_for_the_cpu_and_gpt2_small_shapes(n_embd, n_head, 
     from attnlab.mechanisms.projections.module import kv_cache_per_token
 
     assert kv_cache_per_token(attn, n_embd) == {"cached": d_c, "kv": kv, "mha": kv}
-    assert kv_cache_per_token(get_variant("mla").replace(kv_latent=100, kv_latent_fraction=None, n_head=n_head,
-                                                         n_kv_head=n_head), n_embd)["cached"] == 100
+    mla = get_variant("mla").replace(projections=ProjectionConfig(kv_latent=100), n_head=n_head, n_kv_head=n_head)
+    assert kv_cache_per_token(mla, n_embd)["cached"] == 100
 
 
 def test_kv_cache_of_boneless_is_x_once():
@@ -249,10 +250,10 @@ def test_default_projections_are_plain_linear_for_hf_loading():
 
 
 @pytest.mark.parametrize("cfg", [
-    AttentionConfig(qk_norm="learned", rank_fraction=0.5, n_kv_head=2),
-    AttentionConfig(kv_latent=6, qk_norm="fixed", n_kv_head=1),
-    AttentionConfig(q_mode="identity_init", n_kv_head=2, normalizer="none"),
-    AttentionConfig(q_mode="identity", k_mode="identity", v_mode="identity", out_proj=False, magnitude=MagnitudeConfig("causal")),
+    AttentionConfig(qk_norm="learned", projections=ProjectionConfig(rank_fraction=0.5), n_kv_head=2),
+    AttentionConfig(projections=ProjectionConfig(kv_latent=6), qk_norm="fixed", n_kv_head=1),
+    AttentionConfig(projections=ProjectionConfig(q_mode="identity_init"), n_kv_head=2, normalizer="none"),
+    AttentionConfig(projections=ProjectionConfig(q_mode="identity", k_mode="identity", v_mode="identity", out_proj=False), magnitude=MagnitudeConfig("causal")),
 ])
 def test_combinations_run_and_do_not_leak(cfg):
     assert max_leak(build(cfg, "rope")) < LEAK_TOL
@@ -278,15 +279,15 @@ def test_combinations_run_and_do_not_leak(cfg):
     (dict(n_head=4, n_kv_head=1, v_mode="identity"), ["v_mode='identity'", "n_kv_head=1"]),
 ])
 def test_bad_projection_configs_give_one_line(bad, patterns):
-    one_line_error(lambda: AttentionConfig(**bad), *patterns)
+    one_line_error(lambda: AttentionConfig.from_dict(bad), *patterns)  # the old flat keys: folded into the table
 
 
 def test_size_errors_at_model_config_time():
     one_line_error(lambda: GPTConfig(n_head=4, n_embd=32, attention=get_variant("identity-qk").replace(n_kv_head=2)),
                    "k_mode='identity_init'", "n_kv_head=2")
-    one_line_error(lambda: GPTConfig(n_head=4, n_embd=32, attention=AttentionConfig(rank=32)),
+    one_line_error(lambda: GPTConfig(n_head=4, n_embd=32, attention=AttentionConfig(projections=ProjectionConfig(rank=32))),
                    "rank=32", "full rank 32")
-    one_line_error(lambda: GPTConfig(n_head=4, n_embd=32, attention=AttentionConfig(rank=8, n_kv_head=1)),
+    one_line_error(lambda: GPTConfig(n_head=4, n_embd=32, attention=AttentionConfig(projections=ProjectionConfig(rank=8), n_kv_head=1)),
                    "rank=8", "k projection (32 -> 8)")
 
 

@@ -324,15 +324,15 @@ def test_induction_prose_separates_random_init_qk():
 
     finals = {v["variant"]: 100 * v["final_val_accuracy"]["mean"]
               for name in ("recall-induction", "recall-induction-2") for v in _results(name)["variants"]}
-    random_init = [a for v, a in finals.items() if variant_info(v).config.q_mode == "projected"
-                   and variant_info(v).config.k_mode == "projected"]
+    random_init = [a for v, a in finals.items() if variant_info(v).config.projections.q_mode == "projected"
+                   and variant_info(v).config.projections.k_mode == "projected"]
     low, high = min(random_init), max(random_init)
     span = f"{low:.2f}-{high:g}%"
     assert f"randomly initialised Q/K reaches {span}" in README
     assert f"the magnitude forms included ({span})" in CAPABILITY
     ident, resid = finals["identity-qk"], finals["residual-qk"]
     assert max(ident, resid) < 10
-    assert variant_info("identity-qk").config.q_mode != "identity", "identity-qk trains its Q and K"
+    assert variant_info("identity-qk").config.projections.q_mode != "identity", "identity-qk trains its Q and K"
     assert f"(`identity-qk` {ident:.2f}%, `residual-qk` {resid:.2f}%)" in README
     assert f"`identity-qk` {ident:.2f}% and `residual-qk` {resid:.2f}% (both train their Q and K)" in CAPABILITY
 

@@ -26,6 +26,9 @@ from .mechanisms.magnitude.config import FLAT_NAMES as MAGNITUDE_FLAT_NAMES
 from .mechanisms.magnitude.config import MagnitudeConfig, fold_flat
 from .mechanisms.magnitude.lowrank import SOLVER as LOWRANK
 from .mechanisms.magnitude.reference import FORMS as MAGNITUDE_FORMS
+from .mechanisms.projections.config import FLAT_NAMES as PROJECTION_FLAT_NAMES
+from .mechanisms.projections.config import ProjectionConfig
+from .mechanisms.projections.config import fold_flat as fold_projections
 from .mechanisms.projections.module import LEARNED_MODES
 from .mechanisms.projections.module import MODES as PROJECTION_MODES
 
@@ -61,26 +64,12 @@ class AttentionConfig:
     """`"auto"`: `torch.nn.functional.scaled_dot_product_attention` whenever the options reduce to softmax(q k' s + mask) v (rbf included, by one extra coordinate), else the explicit formula; `"sdpa"`: require SDPA; `"explicit"`."""
     magnitude: MagnitudeConfig | None = None
     """Magnitude weights of the keys (the Magnitude Attention write-up): `None` (off), or a MagnitudeConfig table (form, apply, t, eps, kernel, solver, rank, chunk, block, cg_iters, gate, beta, gamma, allow_future_leak: the magnitude switches below). A form name (`"global"`, `"causal"`, `"prefix"`) stands for the table with that form; `"off"` for None. The flat keys of older configs (`magnitude_t`, ...) are folded in when a config is read."""
-    q_mode: str = "projected"
-    """How Q is made (the Boneless write-up's steps): `"projected"`: x W (GPT-2); `"identity"`: x itself, no parameters (head h reads the slice x_h); `"identity_init"`: x W with W = I at init, then trained; `"residual"`: x W + x."""
-    k_mode: str = "projected"
-    """How K is made, as `q_mode`; modes other than `"projected"` need n_kv_head = n_head."""
-    v_mode: str = "projected"
-    """How V is made, as `q_mode`; modes other than `"projected"` need n_kv_head = n_head."""
-    out_proj: bool = True
-    """The output projection W_o; `False`: the concatenated heads go straight to the residual (the Boneless write-up steps 1-2 have no weights at all)."""
+    projections: ProjectionConfig = ProjectionConfig()
+    """How Q, K, V and W_o are made (the Boneless write-up's steps, low rank, MLA): a ProjectionConfig table (q_mode, k_mode, v_mode, out_proj, rank, rank_fraction, kv_latent, kv_latent_fraction: the projection switches below). The flat keys of older configs (`q_mode`, `rank_fraction`, ...) are folded in when a config is read."""
     qk_norm: str = "off"
     """`"fixed"` or `"learned"`: logits g cos(q, k)/T with q and k L2-normalised per head (Henry et al. 2020); g fixed, or one learned scalar per layer."""
     qk_norm_scale: float | None = None
     """g, or its initial value when learned; `None`: sqrt(head_dim), the logit q.k/sqrt(d) of unit-variance q, k at cos = 1."""
-    rank: int | None = None
-    """Every learned Q/K/V W as B A of inner rank r >= 1 (low rank; Boneless write-up); B A starts with the dense std 0.02."""
-    rank_fraction: float | None = None
-    """The inner rank as a fraction f in (0, 1): r = round(f min(in, out)) per projection; or set `rank`."""
-    kv_latent: int | None = None
-    """MLA (DeepSeek-V2): K = c W_uk, V = c W_uv from one cached latent c = RMSNorm(x W_dkv) of width d_c >= 1, so the cache holds d_c floats per token instead of 2 n_kv_head head_dim."""
-    kv_latent_fraction: float | None = None
-    """The latent width as a fraction f in (0, 1] of n_embd: d_c = round(f n_embd); or set `kv_latent`."""
     heads: HeadMixConfig = HeadMixConfig()
     """How the heads combine (the masking write-up): a HeadMixConfig table (mix: `"concat"`, `"talking"`, `"moh"` or `"coda"`; coda_noise; moh_shared, moh_top_k, moh_balance: the head switches below). A mix name stands for the table with that mix. The flat keys of older configs (`head_mix`, `moh_top_k`, ...) are folded in when a config is read."""
     count_prior: bool = False
@@ -172,20 +161,16 @@ class AttentionConfig:
             h.moh_sizes(self.n_head)
 
     def _check_projections(self) -> None:
-        """The Q/K/V projection fields (Boneless write-up), QK-norm, low rank and the MLA latent, and what they exclude."""
-        for name in ("q_mode", "k_mode", "v_mode"):
-            check_choice(f"attention.{name}", getattr(self, name), PROJECTION_MODES)
-        if not isinstance(self.out_proj, bool):
-            raise ConfigError(f"attention.out_proj={self.out_proj!r} must be true or false")
+        """The projections table (its own rules are ProjectionConfig's), QK-norm, and what needs the head counts."""
+        p = self.projections
+        if isinstance(p, dict):
+            p = from_dict(ProjectionConfig, p, where="attention.projections")
+        if not isinstance(p, ProjectionConfig):
+            raise ConfigError(f"attention.projections={p!r} must be a ProjectionConfig table")
+        object.__setattr__(self, "projections", p)
         check_choice("attention.qk_norm", self.qk_norm, QK_NORMS)
-        for name in ("rank", "kv_latent"):
-            if getattr(self, name) is not None:
-                check_number(f"attention.{name}", getattr(self, name), low=1, integer=True)
-        for name, high in (("qk_norm_scale", None), ("rank_fraction", None), ("kv_latent_fraction", 1.0)):
-            if getattr(self, name) is not None:
-                check_number(f"attention.{name}", getattr(self, name), low=0.0, low_open=True, high=high)
-        if self.rank_fraction is not None and self.rank_fraction >= 1:
-            raise ConfigError(f"attention.rank_fraction={self.rank_fraction!r} must be < 1 (1 is full rank)")
+        if self.qk_norm_scale is not None:
+            check_number("attention.qk_norm_scale", self.qk_norm_scale, low=0.0, low_open=True)
         if self.qk_norm == "off" and self.qk_norm_scale is not None:
             raise ConfigError(f"attention.qk_norm_scale={self.qk_norm_scale!r} needs qk_norm='fixed' or 'learned'")
         if self.qk_norm != "off" and self.scale is not None:
@@ -194,39 +179,26 @@ class AttentionConfig:
         if self.qk_norm != "off" and self.kernel == "rbf":
             raise ConfigError(f"attention.qk_norm={self.qk_norm!r} with kernel='rbf': on unit vectors the rbf "
                               f"weights equal the dot weights (softmax write-up); use kernel='dot'")
-        for a, b in (("rank", "rank_fraction"), ("kv_latent", "kv_latent_fraction")):
-            if getattr(self, a) is not None and getattr(self, b) is not None:
-                raise ConfigError(f"attention.{a}={getattr(self, a)!r} and {b}={getattr(self, b)!r}: set one of them")
-        latent = self.kv_latent is not None or self.kv_latent_fraction is not None
-        if latent and (self.k_mode, self.v_mode) != ("projected", "projected"):
-            raise ConfigError(f"attention.kv_latent rebuilds K and V from the latent; k_mode={self.k_mode!r} and "
-                              f"v_mode={self.v_mode!r} must both be 'projected'")
-        if self.rank is not None or self.rank_fraction is not None:
-            modes = (self.q_mode,) if latent else (self.q_mode, self.k_mode, self.v_mode)
-            if "identity_init" in modes:
-                raise ConfigError("attention.rank: a low-rank W cannot start at the full-rank identity; "
-                                  "drop rank or use mode 'projected' or 'residual' instead of 'identity_init'")
-            if not set(LEARNED_MODES) & set(modes):
-                raise ConfigError(f"attention.rank: no learned Q/K/V projection to factor (modes {', '.join(modes)})")
         grouped = self.n_head is not None and self.n_kv_head is not None and self.n_kv_head != self.n_head
         for name in ("k_mode", "v_mode"):
-            if grouped and getattr(self, name) != "projected":
+            if grouped and getattr(p, name) != "projected":
                 raise ConfigError(
-                    f"attention.{name}={getattr(self, name)!r} needs K/V as wide as x, but n_kv_head={self.n_kv_head} "
-                    f"< n_head={self.n_head} (GQA); use {name}='projected' or n_kv_head=n_head"
+                    f"attention.projections.{name}={getattr(p, name)!r} needs K/V as wide as x, but "
+                    f"n_kv_head={self.n_kv_head} < n_head={self.n_head} (GQA); use {name}='projected' or "
+                    f"n_kv_head=n_head"
                 )
 
     def check_sizes(self, n_embd: int) -> None:
         """Checks that need the width: an absolute rank must be below every factored projection's full rank."""
-        if self.rank is None or self.n_head is None:
+        p = self.projections
+        if p.rank is None or self.n_head is None:
             return
         kv_out = (self.n_kv_head or self.n_head) * (n_embd // self.n_head)
-        latent = self.kv_latent is not None or self.kv_latent_fraction is not None
-        outs = {"q": n_embd} if latent else {"q": n_embd, "k": kv_out, "v": kv_out}
+        outs = {"q": n_embd} if p.latent else {"q": n_embd, "k": kv_out, "v": kv_out}
         for name, out in outs.items():
-            if getattr(self, f"{name}_mode") in LEARNED_MODES and self.rank >= min(n_embd, out):
-                raise ConfigError(f"attention.rank={self.rank} is not below the full rank {min(n_embd, out)} of the "
-                                  f"{name} projection ({n_embd} -> {out}); use a smaller rank or rank_fraction")
+            if getattr(p, f"{name}_mode") in LEARNED_MODES and p.rank >= min(n_embd, out):
+                raise ConfigError(f"attention.projections.rank={p.rank} is not below the full rank {min(n_embd, out)} "
+                                  f"of the {name} projection ({n_embd} -> {out}); use a smaller rank or rank_fraction")
 
     def qk_norm_gain(self, head_dim: int) -> float:
         """QK-norm's logit scale g (its initial value when learned): qk_norm_scale, or sqrt(head_dim) by default,
@@ -240,15 +212,17 @@ class AttentionConfig:
     def migrate_dict(cls, data: dict, where: str = "attention") -> dict:
         """An older config's table in today's shape: the flat magnitude keys folded into the magnitude table
         (attnlab.configio.from_dict calls this before it checks the keys)."""
-        return fold_heads(fold_flat(data, where))
+        return fold_projections(fold_heads(fold_flat(data, where)))
 
     @classmethod
     def migrate_key(cls, parts: list[str], raw: str) -> list[str]:
         """An override's dotted key in today's place: ``magnitude_t`` -> ``magnitude.t`` and ``moh_top_k`` ->
-        ``heads.moh_top_k`` (every flat key of the two tables), ``magnitude=<form>`` -> ``magnitude.form`` and
+        ``heads.moh_top_k`` and ``q_mode`` -> ``projections.q_mode`` (every flat key of the three tables), ``magnitude=<form>`` -> ``magnitude.form`` and
         ``heads=<mix>`` -> ``heads.mix``, so that overrides compose in any order."""
         if parts[0] in MAGNITUDE_FLAT_NAMES:
             return ["magnitude", MAGNITUDE_FLAT_NAMES[parts[0]], *parts[1:]]
+        if parts[0] in PROJECTION_FLAT_NAMES:
+            return ["projections", *parts]
         if parts[0] in HEAD_FLAT_NAMES:
             return ["heads", HEAD_FLAT_NAMES[parts[0]], *parts[1:]]
         if parts == ["heads"] and raw.strip().strip("\"'") in HEAD_MIXES:
@@ -349,5 +323,5 @@ def _form(cfg: "AttentionConfig") -> str:
     return "off" if cfg.magnitude is None else cfg.magnitude.form
 
 
-__all__ = ["AttentionConfig", "GPU_MIN_BLOCK", "HeadMixConfig", "LEARNED_MODES", "MagnitudeConfig", "PROJECTION_MODES", "QK_NORMS",
+__all__ = ["AttentionConfig", "GPU_MIN_BLOCK", "HeadMixConfig", "LEARNED_MODES", "MagnitudeConfig", "PROJECTION_MODES", "ProjectionConfig", "QK_NORMS",
            "ROUTES", "Route", "prefix_block", "route", "say_route"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .attention_config import LOWRANK, AttentionConfig, HeadMixConfig, MagnitudeConfig
+from .attention_config import LOWRANK, AttentionConfig, HeadMixConfig, MagnitudeConfig, ProjectionConfig
 from .configio import from_dict, to_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
 from .variants import get_variant
@@ -134,4 +134,4 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
-__all__ = ["AttentionConfig", "GPTConfig", "HeadMixConfig", "MagnitudeConfig", "POS_ENCODINGS", "ACTIVATIONS"]
+__all__ = ["AttentionConfig", "GPTConfig", "HeadMixConfig", "MagnitudeConfig", "ProjectionConfig", "POS_ENCODINGS", "ACTIVATIONS"]

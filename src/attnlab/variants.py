@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .attention_config import AttentionConfig, HeadMixConfig, MagnitudeConfig
+from .attention_config import AttentionConfig, HeadMixConfig, MagnitudeConfig, ProjectionConfig
 from .errors import unknown_name
 from .mechanisms.magnitude.reference import PRIOR_FLOOR
 from .mechanisms.magnitude.lowrank import EPS as LOWRANK_EPS
@@ -145,32 +145,32 @@ register(
 register(
     "boneless-corr", "no parameters: y = (x x') x per head slice x_h, raw correlation weights (no softmax, no scale, "
     "no Q/K/V/output projections)",
-    "Boneless write-up, step 1 (just correlation)", q_mode="identity", k_mode="identity", v_mode="identity", out_proj=False,
+    "Boneless write-up, step 1 (just correlation)", projections=ProjectionConfig("identity", "identity", "identity", out_proj=False),
     normalizer="none", scale=1.0,
     notes="with n_head heads, head h correlates and mixes its own slice x_h of x (n_head=1 is the write-up's (x x') x); "
           "causal masking zeroes the future weights. The output grows with T and |x|^3, as the write-up warns.",
 )
 register(
     "boneless-softmax", "no parameters: y = softmax(x x' / sqrt(d) + mask) x per head slice x_h",
-    "Boneless write-up, step 2 (softmaxed correlation)", q_mode="identity", k_mode="identity", v_mode="identity",
-    out_proj=False,
+    "Boneless write-up, step 2 (softmaxed correlation)", projections=ProjectionConfig("identity", "identity", "identity", out_proj=False),
     notes="scale 1/sqrt(head_dim) as in every softmax variant here (the write-up does not state one).",
 )
 register(
     "boneless-value",
     "softmax(x x' / sqrt(d) + mask) (x W_v) W_o: correlation of x itself mixes value-projected tokens",
-    "Boneless write-up, step 3 (weighted sum over value-projected tokens)", q_mode="identity", k_mode="identity",
+    "Boneless write-up, step 3 (weighted sum over value-projected tokens)",
+    projections=ProjectionConfig("identity", "identity"),
     notes="keeps the output projection: the write-up's step 4 then adds only W_q and W_k to reach `standard`.",
 )
 register(
     "identity-qk", "Q and K projections initialised to the identity (W = I, b = 0), then trained",
-    "Boneless write-up, step 5", q_mode="identity_init", k_mode="identity_init",
+    "Boneless write-up, step 5", projections=ProjectionConfig("identity_init", "identity_init"),
     notes="the identity weights are raw parameters, not nn.Linear: GPT's N(0, 0.02) init leaves them alone; "
           "attnlab.train.optim decays them (towards 0, not towards I) like every 2-D weight.",
 )
 register(
     "residual-qk", "residual Q and K projections: Q = x W_q + x, K = x W_k + x (W initialised as usual)",
-    "Boneless write-up, step 6", q_mode="residual", k_mode="residual",
+    "Boneless write-up, step 6", projections=ProjectionConfig("residual", "residual"),
 )
 register(
     "qk-norm", "cosine logits g cos(q, k): q and k L2-normalised per head, learned scale g (init sqrt(head_dim))",
@@ -180,13 +180,13 @@ register(
 )
 register(
     "low-rank", "low-rank Q, K, V projections W = B A, inner rank r = 1/4 of each projection's full rank",
-    "Boneless write-up (low-rank attention weights)", rank_fraction=0.25,
+    "Boneless write-up (low-rank attention weights)", projections=ProjectionConfig(rank_fraction=0.25),
     notes="r = min(in, out)/4: half the parameters of a dense square W (r (in + out) = n^2 / 2). B A is initialised "
           "with the dense layer's entrywise std 0.02; its factors are raw parameters, weight-decayed like every 2-D weight.",
 )
 register(
     "mla", "multi-head latent attention: K, V rebuilt from one cached latent c = RMSNorm(x W_dkv) of width n_embd/4",
-    "DeepSeek-V2, arXiv:2405.04434; the Boneless and softmax write-ups", kv_latent_fraction=0.25,
+    "DeepSeek-V2, arXiv:2405.04434; the Boneless and softmax write-ups", projections=ProjectionConfig(kv_latent_fraction=0.25),
     notes="d_c = n_embd/4 as in DeepSeek-V2-Lite (512 of 2048). Caches d_c floats per token per layer instead of "
           "2 n_kv_head head_dim. No decoupled RoPE key and no query compression (RoPE, if on, rotates the rebuilt K).",
 )

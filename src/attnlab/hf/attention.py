@@ -63,6 +63,9 @@ def hf_refusal(name_or_config: str | AttentionConfig) -> str | None:
         ours, base = getattr(config, field.name), getattr(default, field.name)
         if ours == base or (field.name in INSIDE and not (field.name == "qk_norm" and ours == "learned")):
             continue
+        if field.name == "projections":  # the reason of the first projection switch it changes
+            name = next(f.name for f in dataclasses.fields(ours) if getattr(ours, f.name) != getattr(base, f.name))
+            return _REASONS[name]
         return _REASONS.get(field.name, f"it sets {field.name}={ours!r}, which acts outside the attention function")
     return None
 

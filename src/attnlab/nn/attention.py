@@ -69,18 +69,20 @@ class Attention(nn.Module):
         config.check_sizes(n_embd)
         q_out, kv_out = self.n_head * self.head_dim, self.n_kv_head * self.head_dim  # = n_embd, n_kv_head * d
 
-        def rank(mode: str, out: int) -> int | None:  # inner rank r of a learned W, or None (dense / no W)
-            return None if mode == "identity" else resolve_rank(config.rank, config.rank_fraction, n_embd, out)
+        p = config.projections
 
-        self.q_proj = make_projection(config.q_mode, n_embd, q_out, bias, rank(config.q_mode, q_out))
-        latent = resolve_latent(config.kv_latent, config.kv_latent_fraction, n_embd)
+        def rank(mode: str, out: int) -> int | None:  # inner rank r of a learned W, or None (dense / no W)
+            return None if mode == "identity" else resolve_rank(p.rank, p.rank_fraction, n_embd, out)
+
+        self.q_proj = make_projection(p.q_mode, n_embd, q_out, bias, rank(p.q_mode, q_out))
+        latent = resolve_latent(p.kv_latent, p.kv_latent_fraction, n_embd)
         if latent is not None:  # K, V = c W_uk', c W_uv' from one latent c per token (DeepSeek-V2)
             self.kv_latent = LatentKV(n_embd, latent, kv_out, bias)
         else:
             self.kv_latent = None
-            for name, mode in (("k_proj", config.k_mode), ("v_proj", config.v_mode)):
+            for name, mode in (("k_proj", p.k_mode), ("v_proj", p.v_mode)):
                 setattr(self, name, make_projection(mode, n_embd, kv_out, bias, rank(mode, kv_out)))
-        self.out_proj = nn.Linear(q_out, n_embd, bias=bias) if config.out_proj else nn.Identity()
+        self.out_proj = nn.Linear(q_out, n_embd, bias=bias) if p.out_proj else nn.Identity()
         self.qk_scale = config.qk_norm_gain(self.head_dim)  # g
         self.qk_gain = nn.Parameter(torch.tensor(float(self.qk_scale))) if config.qk_norm == "learned" else None
         self.resid_dropout = nn.Dropout(self.attn_dropout)

@@ -149,10 +149,11 @@ def kv_cache_per_token(config, n_embd: int) -> dict[str, int]:
     """
     head_dim = n_embd // config.n_head
     kv = 2 * config.n_kv_head * head_dim
-    latent = resolve_latent(config.kv_latent, config.kv_latent_fraction, n_embd)
+    p = config.projections
+    latent = resolve_latent(p.kv_latent, p.kv_latent_fraction, n_embd)
     if latent is not None:
         cached = latent
-    elif config.k_mode == config.v_mode == "identity":
+    elif p.k_mode == p.v_mode == "identity":
         cached = n_embd
     else:
         cached = kv
