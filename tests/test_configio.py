@@ -322,3 +322,20 @@ def test_train_and_run_config_direct():
     assert run.train == TrainConfig(max_steps=5, warmup_steps=1) and run.resolved_out_dir() == "x"
     assert RunConfig(model={"n_layer": 1}).resolved_out_dir(0).endswith("-standard")
     assert dataclasses.is_dataclass(run) and run.__dataclass_params__.frozen
+
+
+def test_a_shipped_run_written_with_flat_attention_keys_still_loads():
+    """results/magnitude-lowrank/keys-lowrank/config.toml was written before the magnitude, head and projection
+    switches became tables (magnitude = "causal", magnitude_solver = "lowrank", q_mode = ..., flat): the migration
+    folds them into today's tables, the same config as the nested form."""
+    from pathlib import Path
+
+    from attnlab import HeadMixConfig, MagnitudeConfig, ProjectionConfig
+    from attnlab.train.config import RunConfig
+
+    path = Path(__file__).resolve().parents[1] / "results" / "magnitude-lowrank" / "keys-lowrank" / "config.toml"
+    data = load_toml(path)
+    assert data["model"]["attention"]["magnitude_solver"] == "lowrank" and "q_mode" in data["model"]["attention"]
+    attn = from_dict(RunConfig, data).model.resolved_attention()
+    assert attn.magnitude == MagnitudeConfig("causal", solver="lowrank", rank=32)
+    assert attn.heads == HeadMixConfig() and attn.projections == ProjectionConfig()
