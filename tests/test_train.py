@@ -62,6 +62,14 @@ def file_hash(path) -> str:
 # ------------------------------------------------------------------------------------------------ schedule
 
 
+def test_a_warmup_longer_than_the_run_is_cut_to_the_run():
+    """A preset's warmup (tiny: 5 steps) with a shorter run (a smoke run of 1-4 steps): W = min(warmup, max_steps),
+    so the rate climbs linearly to lr at the last step instead of refusing the config."""
+    cfg = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=4)
+    assert [lr_at(k, cfg) for k in range(5)] == pytest.approx([0.0, 2.5e-4, 5e-4, 7.5e-4, 1e-3], rel=1e-12)
+    assert lr_at(1, cfg.replace(max_steps=1)) == 1e-3
+
+
 def test_lr_at_matches_closed_form():
     cfg = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=110)
     assert lr_at(0, cfg) == 0.0
