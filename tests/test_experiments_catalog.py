@@ -11,7 +11,7 @@ from attnlab.errors import ConfigError
 from attnlab.experiments import experiment_names, load_experiment
 from attnlab.experiments.compare import spec_dict
 from attnlab.presets import load_preset
-from attnlab.variants import variant_info
+from attnlab.registry import variant_info
 
 
 # The one experiment with a single seed: the hijack experiment asks for one fixed-m run per variant as a check of the mixed-m
@@ -55,7 +55,7 @@ def test_recall_parts_train_every_registered_variant_on_their_task():
     but the variants, each starts with the baseline, and together they train every registered variant."""
     import re
 
-    from attnlab.variants import variants
+    from attnlab.registry import variants
 
     tasks: dict[str, list] = {}
     for name in experiment_names():

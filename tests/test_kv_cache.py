@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnlab import GPT, ConfigError, GPTConfig
-from attnlab.variants import get_variant, variants
+from attnlab.registry import get_variant, variants
 from helpers import fit_rank
 
 BLOCK = 12

@@ -19,7 +19,7 @@ LAYERS = [
     {"errors", "atomic", "lock", "configio", "rundir", "weights"},
     {"functional", "tasks"},
     {"mechanisms"},
-    {"attention_config", "variants", "config", "hf", "data"},
+    {"attention_config", "registry", "config", "hf", "data"},
     {"nn"},
     {"model"},
     {"analysis"},

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnlab import GPT, ConfigError, GPTConfig
-from attnlab.variants import variants
+from attnlab.registry import variants
 from helpers import fit_rank, one_line_error
 
 

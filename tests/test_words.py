@@ -51,7 +51,7 @@ def _hits(rel: str) -> list[str]:
 
 def test_the_scanned_files_exist():
     files = _files()
-    assert "src/attnlab/variants.py" in files and "src/attnlab/verify/ledger.py" in files and "benchmarks/magnitude.py" in files
+    assert "src/attnlab/registry.py" in files and "src/attnlab/verify/ledger.py" in files and "benchmarks/magnitude.py" in files
     assert any(f.endswith(".toml") for f in files) and any(f.startswith("tests/") for f in files)
     for rel in ALLOWED_LEGACY:  # a stale entry would hide nothing and should go
         assert (ROOT / rel).is_file(), f"{rel} is listed but does not exist"

@@ -1,17 +1,32 @@
-"""attnlab: a laboratory for attention mechanisms."""
+"""attnlab: a laboratory for attention mechanisms.
 
-from .config import AttentionConfig, GPTConfig, HeadMixConfig, MagnitudeConfig, ProjectionConfig
-from .errors import ConfigError
-from .functional import attention
-from .mechanisms.magnitude.reference import magnitude, magnitude_weights, prefix_magnitude
-from .model import GPT
-from .nn import Attention
-from .variants import get_variant, register, variant_info, variants
+The public names below are imported on first use (PEP 562), so that ``import attnlab`` and the command line's
+``--help`` do not pay for torch before they need it.
+"""
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AttentionConfig", "GPTConfig", "HeadMixConfig", "MagnitudeConfig", "ProjectionConfig", "ConfigError", "attention", "GPT", "Attention",
-    "get_variant", "register", "variant_info", "variants",
-    "magnitude", "magnitude_weights", "prefix_magnitude",
-]
+_HOMES = {  # public name -> the module that defines it
+    "AttentionConfig": ".config", "GPTConfig": ".config", "HeadMixConfig": ".config", "MagnitudeConfig": ".config",
+    "ProjectionConfig": ".config", "ConfigError": ".errors", "attention": ".functional", "GPT": ".model",
+    "Attention": ".nn", "get_variant": ".registry", "register": ".registry", "variant_info": ".registry",
+    "variants": ".registry", "magnitude": ".mechanisms.magnitude.reference",
+    "magnitude_weights": ".mechanisms.magnitude.reference", "prefix_magnitude": ".mechanisms.magnitude.reference",
+}
+
+__all__ = list(_HOMES)
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'attnlab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})

@@ -1,7 +1,7 @@
 """The switches of one attention layer: :class:`AttentionConfig`.
 
 Every field is an orthogonal, default-off switch: the defaults give GPT-2's causal multi-head softmax attention.
-A registered variant (:mod:`attnlab.variants`) is a name for a preset of these fields. Fields left ``None`` are
+A registered variant (:mod:`attnlab.registry`) is a name for a preset of these fields. Fields left ``None`` are
 filled from the model (``n_head``, ``bias``, ``dropout``) by :meth:`attnlab.config.GPTConfig.resolved_attention`.
 New mechanisms arrive as new fields with defaults that keep today's behaviour. The allowed values of the math
 switches are defined by the functions that compute them (:mod:`attnlab.functional`); this module only checks them.

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .functional.attention import NORMALIZERS
 
 
 def _run_config(args):
@@ -176,7 +175,7 @@ def cmd_sample(args) -> int:
 
 
 def cmd_variants(args) -> int:
-    from .variants import variant_info, variants
+    from .registry import variant_info, variants
 
     rows = [(name, variant_info(name).description, variant_info(name).source) for name in variants()]
     width = max(len(r[0]) for r in rows)
@@ -206,12 +205,13 @@ def cmd_magnitude_demo(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .verify import CHECKS, WRITEUPS, select
+    from .verify import CHECKS, LEGACY_NAMES, WRITEUPS, select
     from .verify import main as verify
 
     if args.list:
         for writeup, title in WRITEUPS.items():
             print(f"{writeup} ({title}): {' '.join(i for i, c in CHECKS.items() if c.writeup == writeup)}")
+        print("aliases: " + ", ".join(f"{old} = {new}" for old, new in LEGACY_NAMES.items()))
         return 0
     try:
         ids = select(args.names) if args.names else None
@@ -225,12 +225,14 @@ def cmd_consensus(args) -> int:
     import torch
 
     from .analysis.consensus import consensus, plot_cluster_counts, raw_correlation_growth, save_frames
-    from .errors import check_number
+    from .errors import check_choice, check_number
+    from .functional.attention import NORMALIZERS
 
     for name in ("points", "steps", "frame_every"):
         check_number(f"--{name.replace('_', '-')}", getattr(args, name), low=1, integer=True)
     check_number("--dim", args.dim, low=2, integer=True)
     check_number("--step-size", args.step_size, low=0.0, low_open=True)
+    check_choice("--normalizer", args.normalizer, NORMALIZERS)
     x = torch.randn(args.points, args.dim, generator=torch.Generator().manual_seed(args.seed), dtype=torch.float64)
     res = consensus(x, args.steps, args.step_size, args.scale, qk_norm=not args.no_qk_norm,
                     normalizer=args.normalizer, radius=args.radius)
@@ -454,8 +456,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("magnitude-demo", help="the Magnitude Attention write-up's numbers: hijacking, cluster collapse, effective size")
     p.set_defaults(func=cmd_magnitude_demo)
 
-    from .verify.aliases import LEGACY_NAMES  # a plain table: no torch import
-
     p = sub.add_parser("verify", help="the claims ledger: measure the write-ups' claims; exit 1 if a row's "
                        "verdict is FAIL (it no longer reproduces its recorded verdict)",
                        description="Exit status 0 when every row reproduces its recorded verdict (holds, refuted or "
@@ -463,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "is refuted.")
     p.add_argument("names", nargs="*", metavar="NAME",
                    help="only these rows: a write-up (magnitude, boneless, masking, softmax) or a check id; the "
-                   f"former names {', '.join(LEGACY_NAMES)} are aliases of the four write-ups (default: every row)")
+                   "write-ups' former names are aliases, listed by --list (default: every row)")
     p.add_argument("--list", action="store_true", help="list the write-ups and their check ids, and exit")
     p.add_argument("--json", metavar="FILE", help="also write the records as JSON")
     p.add_argument("--strict-claims", action="store_true", help="exit 1 also when any claim is refuted")
@@ -475,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--step-size", type=float, default=0.5, help="s in x <- (1 - s) x + s attn(x) (default 0.5)")
     p.add_argument("--scale", type=float, default=10.0, help="g: logits g cos(x_i, x_j) (default 10)")
-    p.add_argument("--normalizer", choices=NORMALIZERS, default="softmax")
+    p.add_argument("--normalizer", default="softmax", help="softmax or none (raw correlation)")
     p.add_argument("--no-qk-norm", action="store_true", help="logits g x_i.x_j instead of g cos(x_i, x_j)")
     p.add_argument("--radius", type=float, default=0.01, help="cluster radius, times the initial spread")
     p.add_argument("--seed", type=int, default=0)
@@ -552,10 +552,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)  # before any heavy import: --help answers at once
     from .errors import ConfigError
-    from .train import TrainingDiverged
+    from .train.guards import TrainingDiverged
 
-    args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except ConfigError as e:

@@ -1,7 +1,7 @@
 """Configuration dataclasses: :class:`GPTConfig` (the model) and, re-exported from
 :mod:`attnlab.attention_config`, :class:`AttentionConfig` (one attention layer).
 
-``GPTConfig.attention`` is a registered variant name (:mod:`attnlab.variants`), an AttentionConfig or a dict of its
+``GPTConfig.attention`` is a registered variant name (:mod:`attnlab.registry`), an AttentionConfig or a dict of its
 fields; :meth:`GPTConfig.resolved_attention` fills in the model's n_head / n_kv_head / bias / dropout.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .attention_config import LOWRANK, AttentionConfig, HeadMixConfig, MagnitudeConfig, ProjectionConfig
 from .configio import from_dict, to_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
-from .variants import get_variant
+from .registry import get_variant
 
 POS_ENCODINGS = ("none", "learned", "sinusoidal", "rope")
 ACTIVATIONS = ("gelu_tanh", "gelu")

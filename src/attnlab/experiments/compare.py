@@ -44,7 +44,7 @@ from ..rundir import COMPARE_SPEC_FILE as SPEC_FILE
 from ..rundir import DONE_STATUSES, LOGS_DIR, read_summary
 from ..rundir import comparison_run_dir as run_dir
 from ..train.checkpoint import find_checkpoint
-from ..variants import variant_info
+from ..registry import variant_info
 from .report import write_report
 
 __all__ = ["compare", "run_config", "run_dir", "run_state", "spec_dict", "SPEC_FILE"]

@@ -29,7 +29,7 @@ from ..rundir import comparison_run_dir, read_summary
 from ..tasks import get_task
 from ..train import load_run
 from ..train.hooks import HijackSweepHook
-from ..variants import variant_info
+from ..registry import variant_info
 from .report import load_spec
 from .stats import describe, paired_ttest
 

@@ -33,7 +33,7 @@ import torch
 from ..attention_config import AttentionConfig
 from ..errors import ConfigError
 from ..functional import attention, qk_normalize
-from ..variants import get_variant, variant_info, variants
+from ..registry import get_variant, variant_info, variants
 
 PREFIX = "attnlab-"
 # AttentionConfig fields that act inside the attention function (everything else changes the model's modules)

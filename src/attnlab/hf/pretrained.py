@@ -16,7 +16,7 @@ from pathlib import Path
 from ..atomic import atomic_path, write_text
 from ..config import GPTConfig
 from ..errors import ConfigError
-from ..variants import get_variant
+from ..registry import get_variant
 from ..weights import load_weights, write_weights
 
 MODEL_TYPE = "attnlab-gpt"
