@@ -482,6 +482,13 @@ def test_tensorboard_missing_is_a_config_error(tmp_path, cache_dir, monkeypatch)
     assert not (tmp_path / "tb").exists()
 
 
+def test_float16_on_the_cpu_is_a_one_line_error_before_anything_is_written(tmp_path, cache_dir):
+    """float16 autocast on the CPU would run silently and many times slower: refused, bfloat16 named instead."""
+    with pytest.raises(ConfigError, match=r"train.dtype='float16' on the CPU.*bfloat16"):
+        train(tiny(tmp_path / "fp16", cache_dir, train__dtype="float16", train__device="cpu"), quiet=True)
+    assert not (tmp_path / "fp16").exists()
+
+
 def test_tensorboard_events_match_metrics(tmp_path, cache_dir):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

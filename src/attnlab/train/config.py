@@ -115,7 +115,7 @@ class TrainConfig:
     device: str = "auto"
     """`"auto"`: cuda if available, else mps, else cpu; or `"cpu"`, `"cuda"`, `"mps"`."""
     dtype: str = "float32"
-    """Compute dtype of the forward pass: `"float32"`, or mixed precision with `"bfloat16"` / `"float16"` autocast."""
+    """Compute dtype of the forward pass: `"float32"`, or mixed precision with `"bfloat16"` / `"float16"` autocast (`"float16"` on a GPU only: the CPU refuses it, use `"bfloat16"`)."""
     compile: bool = False
     """torch.compile the model."""
     sample_tokens: int = 500

@@ -120,6 +120,9 @@ class Trainer:
         self.lock = None
         check_trackers(self.tc)  # a missing package fails early, on every rank alike
         device = resolve_device(self.tc.device)
+        if device.type == "cpu" and self.tc.dtype == "float16":  # it would run, silently and many times slower
+            raise ConfigError("train.dtype='float16' on the CPU: its float16 matmuls are slow and need a loss scaler; "
+                              "use train.dtype=bfloat16 (CPU autocast) or float32")
         self.rows_slice = D.local_slice(self.tc.batch_size, self.info)  # checked before any process group exists
         self.owns_group = D.init_distributed(self.info, device.type)
         try:
