@@ -118,19 +118,26 @@ class AttentionConfig:
                 f"n_kv_head must divide n_head (n_kv_head=n_head: MHA, 1: MQA)"
             )
 
+    def _as_table(self, field: str, cls, name_field: str | None = None, names: tuple = ()):
+        """Field ``field`` as its table, stored back on the (frozen) config: a ``cls`` as it is, a dict read by
+        from_dict, or one of ``names`` standing for the table with that ``name_field`` (a form, a mix)."""
+        value = getattr(self, field)
+        if isinstance(value, str) and value in names:
+            value = cls(**{name_field: value})
+        elif isinstance(value, dict):
+            value = from_dict(cls, value, where=f"attention.{field}")
+        if not isinstance(value, cls):
+            allowed = f"one of {', '.join(map(repr, names))} or " if names else ""
+            raise ConfigError(f"attention.{field}={value!r} must be {allowed}a {cls.__name__} table")
+        object.__setattr__(self, field, value)
+        return value
+
     def _check_magnitude(self) -> None:
         """The magnitude table (its own rules are MagnitudeConfig's) and what it needs of the rest of the layer."""
-        m = self.magnitude
-        if isinstance(m, str):  # a form name stands for the table with that form; "off" for None
-            m = None if m == "off" else MagnitudeConfig(form=m) if m in MAGNITUDE_FORMS else m
-        elif isinstance(m, dict):
-            m = from_dict(MagnitudeConfig, m, where="attention.magnitude")
-        if m is not None and not isinstance(m, MagnitudeConfig):
-            raise ConfigError(f"attention.magnitude={m!r} must be None, 'off', a form ('global', 'causal', 'prefix') "
-                              f"or a MagnitudeConfig table")
-        object.__setattr__(self, "magnitude", m)
-        if m is None:
+        if self.magnitude in (None, "off"):  # "off": the old default's name for no table
+            object.__setattr__(self, "magnitude", None)
             return
+        m = self._as_table("magnitude", MagnitudeConfig, "form", MAGNITUDE_FORMS)
         if m.apply == "logits" and self.normalizer != "softmax":
             raise ConfigError(f"attention.magnitude.apply='logits' adds a prior inside the softmax, but "
                               f"normalizer={self.normalizer!r}; use normalizer='softmax' or apply='values'")
@@ -148,26 +155,13 @@ class AttentionConfig:
 
     def _check_heads(self) -> None:
         """The heads table (its own rules are HeadMixConfig's); MoH's sizes once n_head is known."""
-        h = self.heads
-        if isinstance(h, str):  # a mix name stands for the table with that mix
-            h = HeadMixConfig(mix=h)
-        elif isinstance(h, dict):
-            h = from_dict(HeadMixConfig, h, where="attention.heads")
-        if not isinstance(h, HeadMixConfig):
-            raise ConfigError(f"attention.heads={h!r} must be a mix name ({', '.join(map(repr, HEAD_MIXES))}) or a "
-                              f"HeadMixConfig table")
-        object.__setattr__(self, "heads", h)
+        h = self._as_table("heads", HeadMixConfig, "mix", HEAD_MIXES)
         if h.mix == "moh" and self.n_head is not None:
             h.moh_sizes(self.n_head)
 
     def _check_projections(self) -> None:
         """The projections table (its own rules are ProjectionConfig's), QK-norm, and what needs the head counts."""
-        p = self.projections
-        if isinstance(p, dict):
-            p = from_dict(ProjectionConfig, p, where="attention.projections")
-        if not isinstance(p, ProjectionConfig):
-            raise ConfigError(f"attention.projections={p!r} must be a ProjectionConfig table")
-        object.__setattr__(self, "projections", p)
+        p = self._as_table("projections", ProjectionConfig)
         check_choice("attention.qk_norm", self.qk_norm, QK_NORMS)
         if self.qk_norm_scale is not None:
             check_number("attention.qk_norm_scale", self.qk_norm_scale, low=0.0, low_open=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 from .atomic import write_text
 from .errors import ConfigError, unknown_name
 
-__all__ = ["to_dict", "from_dict", "load_toml", "save_toml", "load_config", "apply_overrides", "parse_override"]
+__all__ = ["fold_keys", "to_dict", "from_dict", "load_toml", "save_toml", "load_config", "apply_overrides", "parse_override"]
 
 _NONE_WORDS = ("none", "null")
 
@@ -95,6 +95,23 @@ def from_dict(cls, data, where: str = ""):
         return cls(**kwargs)
     except ConfigError as e:
         raise _located(e, where) from None
+
+
+def fold_keys(data: Mapping, table: str, flat: Mapping[str, str], name_field: str | None = None) -> dict:
+    """``data`` with the keys of older configs folded into the nested table ``table``: each key of ``flat`` present
+    in ``data`` moves into the table under the field ``flat`` maps it to, and a name in ``table`` itself (a string)
+    stands for ``{name_field: name}``. The migration a ``migrate_dict`` of a dataclass uses for a table that was once
+    flat fields (AttentionConfig: magnitude_t -> magnitude.t)."""
+    moved = {key: data[key] for key in flat if key in data}
+    named = name_field is not None and isinstance(data.get(table), str)
+    if not moved and not named:
+        return dict(data)
+    out = {k: v for k, v in data.items() if k not in flat}
+    current = out.get(table) or {}
+    nested = {name_field: current} if named else dict(current)
+    nested.update({flat[key]: value for key, value in moved.items()})
+    out[table] = nested
+    return out
 
 
 @functools.cache

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ...configio import fold_keys
 from ...errors import ConfigError, check_choice, check_number, strict_fields
 from .functional import HEAD_MIXES
 
@@ -72,15 +73,7 @@ def fold_flat(data: dict) -> dict:
     """``data`` (an AttentionConfig table) with the flat head keys folded into one ``heads`` table:
     ``{"head_mix": "moh", "moh_top_k": 2}`` -> ``{"heads": {"mix": "moh", "moh_top_k": 2}}``; a mix name
     ``heads = "moh"`` -> ``{"heads": {"mix": "moh"}}``."""
-    flat = {key: data[key] for key in FLAT_NAMES if key in data}
-    if not flat and not isinstance(data.get("heads"), str):
-        return data
-    out = {k: v for k, v in data.items() if k not in FLAT_NAMES}
-    heads = out.get("heads", {})
-    table = {"mix": heads} if isinstance(heads, str) else dict(heads)
-    table.update({FLAT_NAMES[key]: value for key, value in flat.items()})
-    out["heads"] = table
-    return out
+    return fold_keys(data, "heads", FLAT_NAMES, "mix")
 
 
 __all__ = ["FLAT_NAMES", "HeadMixConfig", "fold_flat"]

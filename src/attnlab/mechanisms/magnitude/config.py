@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ...configio import fold_keys
 from ...errors import ConfigError, check_choice, check_number, strict_fields
 from .lowrank import SOLVER as LOWRANK
 from .reference import APPLY, CAUSAL_FORMS, FORMS, GATE_ALIASES, GATES, KERNELS, SOLVERS
@@ -104,22 +105,13 @@ def fold_flat(data: dict, where: str = "attention") -> dict:
     """``data`` (an AttentionConfig table) with the flat magnitude keys folded into one ``magnitude`` table:
     ``{"magnitude": "causal", "magnitude_t": 2.0}`` -> ``{"magnitude": {"form": "causal", "t": 2.0}}``;
     ``magnitude = "off"`` (the old default) -> no table. A flat key without a form is a one-line error."""
-    flat = {key: data[key] for key in FLAT_NAMES if key in data}
-    form = data.get("magnitude")
-    if not flat and not isinstance(form, str):
-        return data
-    out = {k: v for k, v in data.items() if k not in FLAT_NAMES}
-    if form == "off" or form is None:
-        out.pop("magnitude", None)
+    if data.get("magnitude", "off") in ("off", None):
+        flat = [key for key in FLAT_NAMES if key in data]
         if flat:
-            raise ConfigError(f"{where}.{next(iter(flat))} sets a magnitude switch, but magnitude is off; set "
+            raise ConfigError(f"{where}.{flat[0]} sets a magnitude switch, but magnitude is off; set "
                               f"{where}.magnitude to 'global', 'causal' or 'prefix' (or a table)")
-        return out
-    table = {"form": form} if isinstance(form, str) else dict(form)
-    for key, value in flat.items():
-        table[FLAT_NAMES[key]] = value
-    out["magnitude"] = table
-    return out
+        return {k: v for k, v in data.items() if k != "magnitude"}
+    return fold_keys(data, "magnitude", FLAT_NAMES, "form")
 
 
 __all__ = ["ALL_SOLVERS", "FLAT_NAMES", "MagnitudeConfig", "check_lowrank", "fold_flat"]

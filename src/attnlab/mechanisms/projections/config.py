@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ...configio import fold_keys
 from ...errors import ConfigError, check_choice, check_number, strict_fields
 from .module import LEARNED_MODES, MODES
 
@@ -79,12 +80,7 @@ FLAT_NAMES = {f.name: f.name for f in dataclasses.fields(ProjectionConfig)}
 
 def fold_flat(data: dict) -> dict:
     """``data`` (an AttentionConfig table) with the flat projection keys folded into one ``projections`` table."""
-    flat = {key: data[key] for key in FLAT_NAMES if key in data}
-    if not flat:
-        return data
-    out = {k: v for k, v in data.items() if k not in FLAT_NAMES}
-    out["projections"] = {**out.get("projections", {}), **{FLAT_NAMES[k]: v for k, v in flat.items()}}
-    return out
+    return fold_keys(data, "projections", FLAT_NAMES)
 
 
 __all__ = ["FLAT_NAMES", "ProjectionConfig", "fold_flat"]
