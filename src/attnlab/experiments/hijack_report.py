@@ -179,28 +179,37 @@ def hijack_protocol(fixed: tuple[str, list], mixed: list[tuple[str, list]]) -> s
 
 
 def _band(ax, xs, cells, label, **style):
-    pts = [(x, c["mean"], c["std"]) for x, c in zip(xs, cells) if c["mean"] is not None]
+    """A mean line and a ±1 std band, in % (cells hold fractions), the band clipped to 0-100%."""
+    pts = [(x, 100 * c["mean"], None if c["std"] is None else 100 * c["std"]) for x, c in zip(xs, cells)
+           if c["mean"] is not None]
     if not pts:
         return
     x, mean, std = zip(*pts)
     (line,) = ax.plot(x, mean, marker="o", markersize=3, label=label, **style)
     if all(s is not None for s in std):
-        ax.fill_between(x, [a - b for a, b in zip(mean, std)], [a + b for a, b in zip(mean, std)],
+        ax.fill_between(x, [max(a - b, 0.0) for a, b in zip(mean, std)], [min(a + b, 100.0) for a, b in zip(mean, std)],
                         color=line.get_color(), alpha=0.15, linewidth=0)
 
 
-def plot_hijack(hijack: dict, out_dir) -> list[Path]:
-    """hijack_accuracy.png (accuracy against m) and hijack_mass.png (unique and cluster mass against m), a line
-    per variant with a ±1 std band, a row of panels per kind of cluster; m on a symmetric-log axis so that 0 shows.
-    Returns the paths written."""
+def plot_hijack(hijack: dict, out_dir, key: str | None = None) -> list[Path]:
+    """hijack_accuracy.png (accuracy against m) and hijack_mass.png (unique and cluster mass against m), in %, a
+    line per variant with a ±1 std band, a row of panels per kind of cluster; m on a symmetric-log axis so that 0
+    shows; the legend beside the panels. With ``key`` (:func:`.figures.inputs_key`), a current PNG is left alone.
+    Returns the paths (written or current)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from .figures import is_current, save_figure
+
     kinds, out_dir, paths = hijack.get("kinds", [""]), Path(out_dir), []
     for name, stats in ((ACCURACY_FILE, ("accuracy",)), (MASS_FILE, MASSES)):
+        paths.append(out_dir / name)
+        if is_current(out_dir / name, key):
+            continue
         width = 7.5 if len(stats) == 1 else 12
         fig = Figure(figsize=(width, 4.5 * len(kinds)), dpi=120)
         FigureCanvasAgg(fig)
+        legend = None
         for i, kind in enumerate(kinds):
             ms = _cells_of(hijack, kind)
             for k, stat in enumerate(stats):
@@ -211,15 +220,14 @@ def plot_hijack(hijack: dict, out_dir) -> list[Path]:
                 ax.set_xscale("symlog", linthresh=1)
                 ax.set_xticks(ms, [str(m) for m in ms])
                 ax.set_xlabel(f"cluster size m{' (' + kind + ')' if kind else ' (copies of the target key)'}")
-                ax.set_ylabel({"accuracy": "accuracy at the hijack query", "unique": "mass on the unique binding",
-                               "cluster": "mass on the cluster"}[stat])
-                ax.set_ylim(-0.02, 1.02)
+                ax.set_ylabel({"accuracy": "accuracy at the hijack query (%)",
+                               "unique": "mass on the unique binding (%)",
+                               "cluster": "mass on the cluster (%)"}[stat])
+                ax.set_ylim(-2, 102)
                 ax.grid(alpha=0.3)
-                if k == 0 and i == 0:
-                    ax.legend(fontsize=7)
+                if k == len(stats) - 1 and i == 0:
+                    legend = ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
         fig.suptitle("hijack: mean ± 1 std over seeds" + ("" if len(stats) == 1 else "; the retrieval head's "
                                                           "attention mass at the hijack query"))
-        fig.tight_layout()
-        fig.savefig(out_dir / name)
-        paths.append(out_dir / name)
+        save_figure(fig, out_dir / name, key, bbox_inches="tight", bbox_extra_artists=[legend] if legend else None)
     return paths

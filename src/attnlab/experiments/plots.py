@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from .figures import is_current, save_figure
 from .stats import curve_summary
 
 def _mean_band(curves: list[dict]):
@@ -42,7 +43,7 @@ def _axes():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7, 4.5), dpi=120)
+    fig = Figure(figsize=(8, 4.5), dpi=120)
     FigureCanvasAgg(fig)
     return fig, fig.add_subplot()
 
@@ -52,13 +53,12 @@ def _x_label(records: list) -> str:
     return "tokens seen" if any(r.curve and next(iter(r.curve.values()))[0] is not None for r in records) else "step"
 
 
-def _save(fig, ax, path, n_lines: int) -> Path:
+def _save(fig, ax, path, key: str | None) -> Path:
+    """The legend goes beside the axes, where it cannot cover a curve; the PNG carries ``key``
+    (:mod:`.figures`)."""
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", ncol=2 if n_lines > 6 else 1)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    return path
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return save_figure(fig, path, key, bbox_inches="tight")
 
 
 def _not_converged(runs: list) -> str:
@@ -67,12 +67,16 @@ def _not_converged(runs: list) -> str:
     return f", {k} not converged" if k else ""
 
 
-def _plot_curves(records: list, variants: list[str], path, accuracy: bool) -> Path | None:
+def _plot_curves(records: list, variants: list[str], path, accuracy: bool, key: str | None) -> Path | None:
     """A mean line and a ±1 std band per variant over its finished seeds: the validation loss against tokens, or
-    the validation accuracy (%) against steps. Runs that stop at a threshold (train.stop_at) end at different steps,
-    so a mean over them would stop with the first: each seed is then drawn as its own line, and the legend counts
-    the runs that hit their cap without converging. Returns ``path``, or None (nothing written) when no finished
+    the validation accuracy (%) against steps; bands are clipped to the metric's range (0-100%, loss >= 0). Runs
+    that stop at a threshold (train.stop_at) end at different steps, so a mean over them would stop with the first:
+    each seed is then drawn as its own line, and the legend counts the runs that hit their cap without converging.
+    Returns ``path`` (left as it is when it is current for ``key``), or None (nothing written) when no finished
     run logged the quantity."""
+    if is_current(path, key):
+        return Path(path)
+    low_end, high_end = (0.0, 100.0) if accuracy else (0.0, math.inf)
     fig, ax = _axes()
     drawn, series = False, []
     for variant in variants:
@@ -97,8 +101,8 @@ def _plot_curves(records: list, variants: list[str], path, accuracy: bool) -> Pa
         (line,) = ax.plot(xs, mean, marker="o", markersize=3, label=label)
         series.append((xs, mean))
         if len(curves) > 1:
-            lo = [m - s for m, s in zip(mean, std)]
-            hi = [m + s for m, s in zip(mean, std)]
+            lo = [max(m - s, low_end) for m, s in zip(mean, std)]
+            hi = [min(m + s, high_end) for m, s in zip(mean, std)]
             ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
             series += [(xs, lo), (xs, hi)]
         drawn = True
@@ -112,23 +116,27 @@ def _plot_curves(records: list, variants: list[str], path, accuracy: bool) -> Pa
     ax.set_ylabel(quantity)
     zoom = f" (y-axis from {ZOOM_FROM:.0%} of the run on)" if limits is not None else ""
     ax.set_title(f"{quantity[0].upper()}{quantity[1:]}: mean ± 1 std over seeds{zoom}", fontsize=10)
-    return _save(fig, ax, path, len(variants))
+    if accuracy:
+        ax.set_ylim(-2, 102)
+    return _save(fig, ax, path, key)
 
 
-def plot_loss_curves(records: list, variants: list[str], path) -> Path | None:
+def plot_loss_curves(records: list, variants: list[str], path, key: str | None = None) -> Path | None:
     """Validation loss vs tokens: a mean line and a ±1 std band per variant over its finished seeds.
 
-    Returns ``path``, or None (nothing written) when no finished run has a validation loss.
+    Returns ``path``, or None (nothing written) when no finished run has a validation loss. With ``key`` (the
+    :func:`.figures.inputs_key` of the inputs), a current PNG at ``path`` is left alone.
     """
-    return _plot_curves(records, variants, path, accuracy=False)
+    return _plot_curves(records, variants, path, accuracy=False, key=key)
 
 
-def plot_accuracy_curves(records: list, variants: list[str], path) -> Path | None:
+def plot_accuracy_curves(records: list, variants: list[str], path, key: str | None = None) -> Path | None:
     """Validation accuracy (%) vs step (the learning curves of a task): a mean line and a ±1 std band per variant.
 
-    Returns ``path``, or None (nothing written) when no finished run logged an accuracy.
+    Returns ``path``, or None (nothing written) when no finished run logged an accuracy; ``key`` as for
+    :func:`plot_loss_curves`.
     """
-    return _plot_curves(records, variants, path, accuracy=True)
+    return _plot_curves(records, variants, path, accuracy=True, key=key)
 
 
 def loss_deltas(records: list, variants: list[str], baseline: str) -> dict[str, tuple[list, list, list]]:
@@ -159,13 +167,16 @@ def loss_deltas(records: list, variants: list[str], baseline: str) -> dict[str, 
     return out
 
 
-def plot_loss_deltas(records: list, variants: list[str], baseline: str, path) -> Path | None:
+def plot_loss_deltas(records: list, variants: list[str], baseline: str, path, key: str | None = None) -> Path | None:
     """Each variant's validation loss minus the baseline's against tokens, with a ±1 standard-error band
     (:func:`loss_deltas`) and the zero line; y zoomed as the loss plot. Returns ``path``, or None (nothing
-    written) when no variant shares evaluations with a finished baseline run."""
+    written) when no variant shares evaluations with a finished baseline run; ``key`` as for
+    :func:`plot_loss_curves`."""
     deltas = loss_deltas(records, variants, baseline)
     if not deltas:
         return None
+    if is_current(path, key):
+        return Path(path)
     fig, ax = _axes()
     series = []
     for variant, (xs, delta, se) in deltas.items():
@@ -182,4 +193,4 @@ def plot_loss_deltas(records: list, variants: list[str], baseline: str, path) ->
     ax.set_xlabel(_x_label(records))
     ax.set_ylabel(f"validation loss minus {baseline}'s")
     ax.set_title(f"Loss relative to {baseline}: mean difference ± 1 standard error", fontsize=10)
-    return _save(fig, ax, path, len(deltas))
+    return _save(fig, ax, path, key)
