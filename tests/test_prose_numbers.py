@@ -222,22 +222,21 @@ LONG, LONG2, LOW = "magnitude-long", "magnitude-long-2", "magnitude-causal-lowra
 # {page: {phrase as the page writes it: a function that rebuilds the phrase from results/}}. Each phrase holds
 # numbers that results/ does not print as such (a difference, a ratio, a rounding, a per-seed value); its
 # function recomputes them from the raw files at the page's precision.
-def _hijack_primary(variant: str) -> dict[int, float]:
-    """{seed: accuracy at the hijack query with m = 32 exact copies, at the run's last evaluation} of hijack-v2-1."""
-    out = {}
-    for seed_dir in sorted((RESULTS / "hijack-v2-1" / variant).glob("seed*")):
+def _hijack_primary(variant: str, name: str = "hijack-v2-1", cell: str = "exact-m32") -> dict[int, float]:
+    """{seed: accuracy at the hijack query in ``cell`` (m = 32 exact copies), at the run's last evaluation}."""
+    out, key = {}, f"hijack/{cell}/accuracy"
+    for seed_dir in sorted((RESULTS / name / variant).glob("seed*")):
         rows = [json.loads(line) for line in (seed_dir / "metrics.jsonl").read_text().splitlines()]
-        out[int(seed_dir.name[4:])] = [r for r in rows if "hijack/exact-m32/accuracy" in r][-1][
-            "hijack/exact-m32/accuracy"]
+        out[int(seed_dir.name[4:])] = [r for r in rows if key in r][-1][key]
     return out
 
 
-def _count_vs_magnitude() -> str:
+def _count_vs_magnitude(name: str = "hijack-v2-1", cell: str = "exact-m32") -> str:
     """The count prior against the magnitude prior on the seeds both ran: paired t (scipy) and the BCa interval."""
     import numpy as np
     from scipy import stats
 
-    count, magnitude = _hijack_primary("count-prior"), _hijack_primary("magnitude-prefix-logits")
+    count, magnitude = _hijack_primary("count-prior", name, cell), _hijack_primary("magnitude-prefix-logits", name, cell)
     seeds = sorted(count.keys() & magnitude.keys())
     d = np.array([count[s] - magnitude[s] for s in seeds])
     ci = stats.bootstrap((d,), np.mean, method="BCa", n_resamples=9999, rng=np.random.default_rng(0)).confidence_interval
@@ -245,14 +244,13 @@ def _count_vs_magnitude() -> str:
     return f"+{100 * d.mean():.2f} points for the count prior, [{100 * ci.low:.2f}, {100 * ci.high:.2f}], paired p = {p:.3g}"
 
 
-def _holm_keeps_all_three() -> str:
+def _holm_keeps_all_three(name: str = "hijack-v2-1", cell: str = "exact-m32") -> str:
     """Holm over the two declared tests and the count-against-magnitude one (statsmodels)."""
     from scipy import stats
     from statsmodels.stats.multitest import multipletests
 
-    std = _hijack_primary("standard")
-    pairs = [(_hijack_primary("magnitude-prefix-logits"), std), (_hijack_primary("count-prior"), std),
-             (_hijack_primary("count-prior"), _hijack_primary("magnitude-prefix-logits"))]
+    std, magnitude, count = (_hijack_primary(v, name, cell) for v in ("standard", "magnitude-prefix-logits", "count-prior"))
+    pairs = [(magnitude, std), (count, std), (count, magnitude)]
     ps = [stats.ttest_rel([a[s] for s in sorted(a.keys() & b.keys())], [b[s] for s in sorted(a.keys() & b.keys())]).pvalue
           for a, b in pairs]
     return "Holm keeps all three tests below 0.05" if multipletests(ps, method="holm")[1].max() < 0.05 else "no"
@@ -300,6 +298,10 @@ RECOMPUTED = {
     },
     "hijack-v2.md": {
         "+2.30 points for the count prior, [1.29, 3.40], paired p = 0.00288": _count_vs_magnitude,
+        "+8.32 points for the count prior, [6.68, 10.35], paired p = 1.29e-05":
+            lambda: _count_vs_magnitude("hijack-v2-4", "synonym-m32"),
+        "(with it in the family of the declared tests, Holm keeps all three tests below 0.05)":
+            lambda: f"(with it in the family of the declared tests, {_holm_keeps_all_three('hijack-v2-4', 'synonym-m32')})",
         "Holm keeps all three tests below 0.05": _holm_keeps_all_three,
         "the magnitude prior 16,876, 0.73x": lambda: "the magnitude prior {:,.0f}, {:.2f}x".format(
             _speed("hijack-v2-1", "magnitude-prefix-logits"),
