@@ -29,6 +29,9 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
   ``<KEY>=<value>`` comparison per value; :func:`attnlab.experiments.grid_sweep.sweep_table`), every run listed;
 - ``BENCH-LONG:<dir>[:<stem>]``: the rows of ``benchmarks/magnitude.py --long`` (or of other rows of it) saved in
   ``results/<dir>/bench_long.json`` (or ``<stem>.json``);
+- ``LEADERBOARD``: every variant against every benchmark, from the comparisons in :data:`LEADERBOARD` (results/)
+  (:mod:`attnlab.experiments.leaderboard`); ``python docs/generate.py`` also redraws its heatmap,
+  ``results/leaderboard.png``, when it is missing or stale;
 - ``BENCH-GENERATE``: the rows of ``benchmarks/generate.py`` saved in ``results/benchmarks/generate.json``;
 - ``BENCH-CUDA:<part>``: what a GPU measured, from ``results/benchmarks/cuda/``: ``path`` (benchmarks/cuda_path.py
   and train_step.py --device cuda), ``train`` (a gpt2-small run), ``long`` (magnitude.py --long), ``layer``
@@ -53,7 +56,28 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)*):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
 GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "HIJACK-SUMMARY:", "HIJACK-PROTOCOL:",
-             "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "HEADS:", "SWAP:", "SWEEP:")
+             "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "HEADS:", "SWAP:", "SWEEP:", "LEADERBOARD")
+
+# The comparisons on the leaderboard, and those left off with the reason. A new study adds its comparisons to one.
+LEADERBOARD = ("hijack-v2-1", "hijack-v2-2", "hijack-v2-2-causal", "hijack-v2-4", "hijack-v2-1-h100",
+               "recall-mqar-1", "recall-mqar-2", "recall-mqar-3", "recall-mqar-4",
+               "recall-induction", "recall-induction-2",
+               "recall-selective-copy-1", "recall-selective-copy-2", "recall-selective-copy-3",
+               "recall-noisy-recall-1", "recall-noisy-recall-2", "recall-noisy-recall-3",
+               "magnitude", "boneless", "heads-1", "heads-2", "magnitude-long", "magnitude-long-2")
+LEFT_OFF = {
+    "hijack-1": "hijacking version 1: the baseline still learning and confounded task design (superseded by hijack-v2)",
+    "hijack-2": "hijacking version 1 (superseded by hijack-v2)",
+    "hijack-fixed": "hijacking version 1 (superseded by hijack-v2)",
+    "hijack-mixed-1": "hijacking version 1 (superseded by hijack-v2)",
+    "hijack-mixed-2": "hijacking version 1 (superseded by hijack-v2)",
+    "hijack-mixed-3": "hijacking version 1 (superseded by hijack-v2)",
+    "heads-hijack": "on hijacking version 1's task, 500-step runs not converged (superseded by hijack-v2)",
+    "hijack-v2-3": "a calibration: one seed per variant, every run at its cap",
+    "boneless-early": "the boneless comparison at an earlier, shorter budget (superseded by boneless)",
+    "zoology-mqar-t64-d64-sweep": "a learning-rate sweep of `standard` alone: no variant to compare",
+}
+LEADERBOARD_PLOT = ROOT / "results" / "leaderboard.png"
 
 
 def pages() -> list[Path]:
@@ -389,6 +413,48 @@ def bench_generate_block() -> str:
 # ------------------------------------------------------------------------------------------------------- pages
 
 
+def _comparison_pages() -> dict[str, Path]:
+    """{results directory: the docs page that shows its RESULTS block}."""
+    out = {}
+    for page in sorted(DOCS.glob("**/*.md")):
+        for name in re.findall(r"<!-- RESULTS:([\w-]+):BEGIN -->", page.read_text()):
+            out.setdefault(name, page)
+    return out
+
+
+def leaderboard_entries():
+    from attnlab.experiments.leaderboard import leaderboard
+
+    return leaderboard(ROOT / "results", list(LEADERBOARD))
+
+
+def leaderboard_key(entries) -> str:
+    from attnlab.experiments import leaderboard as module
+    from attnlab.experiments.figures import inputs_key
+
+    return inputs_key([dataclasses.asdict(e) for e in entries], drawn_by=(module,))
+
+
+def leaderboard_block(page: Path) -> str:
+    from attnlab.experiments.leaderboard import leaderboard_tables
+
+    where, here = _comparison_pages(), page.resolve().parent
+
+    def link(name: str) -> str:
+        target = where.get(name)
+        return f"`{name}`" if target is None else f"[`{name}`]({Path(*_relative(target, here)).as_posix()})"
+
+    left = "\n".join(f"| `{name}` | {why} |" for name, why in LEFT_OFF.items())
+    return (leaderboard_tables(leaderboard_entries(), link)
+            + "\n### Left off the leaderboard\n\n| comparison | why |\n|---|---|\n" + left + "\n")
+
+
+def _relative(target: Path, start: Path) -> tuple[str, ...]:
+    import os
+
+    return tuple(Path(os.path.relpath(target, start)).parts)
+
+
 def render(name: str, page: Path) -> str | None:
     """The generated text of block ``name`` on ``page``; None for a block that is not generated."""
     to_docs = _to_docs(page)
@@ -413,6 +479,8 @@ def render(name: str, page: Path) -> str | None:
         return heads_block(name.split(":", 1)[1])
     if name.startswith("SWAP:"):
         return swap_block(name.split(":", 1)[1])
+    if name == "LEADERBOARD":
+        return leaderboard_block(page)
     if name.startswith("SWEEP:"):
         from attnlab.experiments.grid_sweep import find_sweep, sweep_results, sweep_table
 
@@ -475,6 +543,13 @@ def main(argv: list[str] | None = None) -> int:
         if new != text:
             page.write_text(new)
             print(f"rewrote {page.relative_to(ROOT)}")
+    from attnlab.experiments.figures import is_current
+    from attnlab.experiments.leaderboard import plot_leaderboard
+
+    entries = leaderboard_entries()
+    if not is_current(LEADERBOARD_PLOT, leaderboard_key(entries)):
+        plot_leaderboard(entries, LEADERBOARD_PLOT, leaderboard_key(entries))
+        print(f"drew {LEADERBOARD_PLOT.relative_to(ROOT)}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The prose numbers on the capability and head-recombination pages, and in the README's capability headline, that
+"""The prose numbers on the capability and head-recombination pages, that
 say what the raw logs under results/ say about convergence, test power and multiple comparisons.
 
 Each test reads the page and the results independently: it recomputes a number from results/<name>/results.json or
@@ -28,7 +28,6 @@ def _flat(path: Path) -> str:
 
 CAPABILITY = _flat(ROOT / "docs" / "studies" / "capability.md")
 HEADS = _flat(ROOT / "docs" / "heads.md")
-README = _flat(ROOT / "README.md")
 
 
 def _results(name: str) -> dict:
@@ -328,12 +327,10 @@ def test_induction_prose_separates_random_init_qk():
                    and variant_info(v).config.projections.k_mode == "projected"]
     low, high = min(random_init), max(random_init)
     span = f"{low:.2f}-{high:g}%"
-    assert f"randomly initialised Q/K reaches {span}" in README
     assert f"the magnitude forms included ({span})" in CAPABILITY
     ident, resid = finals["identity-qk"], finals["residual-qk"]
     assert max(ident, resid) < 10
     assert variant_info("identity-qk").config.projections.q_mode != "identity", "identity-qk trains its Q and K"
-    assert f"(`identity-qk` {ident:.2f}%, `residual-qk` {resid:.2f}%)" in README
     assert f"`identity-qk` {ident:.2f}% and `residual-qk` {resid:.2f}% (both train their Q and K)" in CAPABILITY
 
 

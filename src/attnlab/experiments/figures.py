@@ -1,8 +1,8 @@
 """Saving a comparison's figures so that regenerating its report rewrites a figure only when it is missing or stale.
 
 A figure is *stale* when what it was drawn from changed: the numbers (the report's results and the run curves)
-or the code that draws it (the source of :mod:`.plots` and :mod:`.hijack_report`). Each PNG carries a key of
-both in a text chunk (:data:`KEY_FIELD`); :func:`is_current` compares it with the key of today's inputs. The key
+or the code that draws it (the source of the modules that draw it: :mod:`.plots` and :mod:`.hijack_report` for a
+report). Each PNG carries a key of both in a text chunk (:data:`KEY_FIELD`); :func:`is_current` compares it with the key of today's inputs. The key
 deliberately leaves out the matplotlib version and the fonts, so a clean checkout on another machine keeps the
 shipped pictures instead of rewriting them pixel by pixel, and ``attnlab report results/NAME`` leaves a current
 checkout clean.
@@ -20,15 +20,10 @@ KEY_FIELD = "attnlab-inputs"
 """The PNG text chunk holding the key of a figure's inputs."""
 
 
-def _drawing_code() -> bytes:
-    from . import hijack_report, plots
-
-    return b"".join(Path(module.__file__).read_bytes() for module in (plots, hijack_report))
-
-
-def inputs_key(*inputs) -> str:
-    """The key (sha256, hex) of the drawing code and ``inputs`` (JSON-serialisable; other values by ``str``)."""
-    digest = hashlib.sha256(_drawing_code())
+def inputs_key(*inputs, drawn_by: tuple = ()) -> str:
+    """The key (sha256, hex) of the drawing code (the source of the modules ``drawn_by``) and ``inputs``
+    (JSON-serialisable; other values by ``str``)."""
+    digest = hashlib.sha256(b"".join(Path(module.__file__).read_bytes() for module in drawn_by))
     digest.update(json.dumps(inputs, sort_keys=True, default=str, allow_nan=True).encode())
     return digest.hexdigest()
 

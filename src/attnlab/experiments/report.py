@@ -23,6 +23,7 @@ from ..errors import ConfigError
 from ..rundir import (ACCURACY_CURVES_FILE, COMPARE_SPEC_FILE, CURVES_FILE, DELTA_CURVES_FILE, DONE_STATUSES, REPORT_FILE,
                       RESULTS_FILE, SHIPPED_RUN_FILES, SHIPPED_RUN_GLOBS, read_metrics, read_summary)
 from ..rundir import comparison_run_dir as run_dir
+from . import hijack_report, plots
 from .figures import inputs_key
 from .hijack_report import ACCURACY_FILE, MASS_FILE, hijack_results, hijack_tables, plot_hijack
 from .plots import plot_accuracy_curves, plot_loss_curves, plot_loss_deltas
@@ -581,29 +582,22 @@ def export_comparison(out_dir, dest) -> Path:
 
 
 def write_report(out_dir) -> Path:
-    """Write results.json, the plots and report.md for the comparison in ``out_dir``; returns report.md.
-
-    Idempotent: the same runs and the same code give the same report.md and results.json byte for byte, and a
-    plot is redrawn only when it is missing or stale (:mod:`.figures`), so regenerating a current shipped
-    report leaves a checkout clean."""
+    """Write results.json, the plots and report.md for the comparison in ``out_dir``; returns report.md. Idempotent:
+    the same runs and code give the same files, and a plot is redrawn only when missing or stale (:mod:`.figures`)."""
     out_dir = Path(out_dir)
     results, records = read_results(out_dir)
     write_text(out_dir / RESULTS_FILE, json.dumps(results, indent=2, allow_nan=False) + "\n")
     variants = [row["variant"] for row in results["variants"]]
     key = inputs_key(results, [(r.variant, r.seed, r.status, r.usable, r.not_converged, r.summary.get("stop_at"),
-                                sorted(r.curve.items()), sorted(r.accuracy_curve.items())) for r in records])
-    drawn = {}
-    for name, draw in ((CURVES_FILE, lambda path: plot_loss_curves(records, variants, path, key)),
-                       (DELTA_CURVES_FILE, lambda path: plot_loss_deltas(records, variants, results["baseline"], path, key)),
-                       (ACCURACY_CURVES_FILE, lambda path: plot_accuracy_curves(records, variants, path, key))):
-        drawn[name] = draw(out_dir / name)
-        if drawn[name] is None:
-            (out_dir / name).unlink(missing_ok=True)  # a stale plot would contradict the report
+                                sorted(r.curve.items()), sorted(r.accuracy_curve.items())) for r in records],
+                     drawn_by=(plots, hijack_report))
+    drawn = {CURVES_FILE: plot_loss_curves(records, variants, out_dir / CURVES_FILE, key),
+             DELTA_CURVES_FILE: plot_loss_deltas(records, variants, results["baseline"], out_dir / DELTA_CURVES_FILE, key),
+             ACCURACY_CURVES_FILE: plot_accuracy_curves(records, variants, out_dir / ACCURACY_CURVES_FILE, key)}
+    for name in [n for n, path in drawn.items() if path is None] + ([] if results.get("hijack") else [ACCURACY_FILE, MASS_FILE]):
+        (out_dir / name).unlink(missing_ok=True)  # a stale plot would contradict the report
     if results.get("hijack"):
         plot_hijack(results["hijack"], out_dir, key)
-    else:
-        for name in (ACCURACY_FILE, MASS_FILE):
-            (out_dir / name).unlink(missing_ok=True)
     report = out_dir / REPORT_FILE
     write_text(report, render_markdown(results, *(drawn[name].name if drawn[name] else None
                                                   for name in (CURVES_FILE, ACCURACY_CURVES_FILE, DELTA_CURVES_FILE))))

@@ -1,0 +1,92 @@
+"""The leaderboard (docs/leaderboard.md, results/leaderboard.png) against independent computations from the
+per-run numbers in results/, and complete: every shipped comparison is on it or listed as left off with a reason."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from attnlab.experiments.figures import is_current
+from attnlab.experiments.leaderboard import Entry, family, leaderboard
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+_spec = importlib.util.spec_from_file_location("docs_generate_leaderboard", ROOT / "docs" / "generate.py")
+generate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(generate)
+
+
+def _finals(name: str, variant: str, key: str) -> list[float]:
+    results = json.loads((RESULTS / name / "results.json").read_text())
+    row = next(r for r in results["variants"] if r["variant"] == variant)
+    return [run[key] for run in row["runs"] if run.get("status") == "finished"]
+
+
+def _entry(name: str, variant: str) -> Entry:
+    return next(e for e in leaderboard(RESULTS, [name]) if e.variant == variant)
+
+
+@pytest.mark.parametrize("name, variant", [("magnitude", "magnitude-causal"), ("boneless", "residual-qk"),
+                                           ("heads-1", "moh")])
+def test_a_corpus_cell_is_welchs_interval_of_the_final_losses(name, variant):
+    a, b = _finals(name, variant, "final_val_loss"), _finals(name, "standard", "final_val_loss")
+    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    e = _entry(name, variant)
+    assert e.n == len(a) and not e.higher_is_better
+    assert e.delta == pytest.approx(np.mean(a) - np.mean(b), rel=1e-9)
+    assert (e.low, e.high) == pytest.approx((ci.low, ci.high), rel=1e-9)  # both from the same float64 numbers
+
+
+def test_a_task_cell_is_in_percent_and_higher_is_better():
+    e = _entry("recall-mqar-1", "magnitude-causal-linear")
+    results = json.loads((RESULTS / "recall-mqar-1" / "results.json").read_text())
+    rows = {r["variant"]: r for r in results["variants"]}
+    accuracy = rows["magnitude-causal-linear"]["final_val_accuracy"]["mean"]
+    assert e.higher_is_better and e.mean == pytest.approx(100 * accuracy)
+    assert e.verdict == -1 and e.high < 0  # 48.48% against 100%: worse, its interval below 0
+
+
+def test_a_declared_primary_metric_takes_the_studys_paired_interval():
+    e = _entry("hijack-v2-1", "count-prior")
+    count = _finals_primary("hijack-v2-1", "count-prior")
+    std = _finals_primary("hijack-v2-1", "standard")
+    seeds = sorted(count.keys() & std.keys())
+    assert e.delta == pytest.approx(100 * np.mean([count[s] - std[s] for s in seeds]), rel=1e-9)
+    assert e.ci_method == "BCa bootstrap" and e.low < e.delta < e.high and e.verdict == 1
+
+
+def _finals_primary(name: str, variant: str) -> dict[int, float]:
+    out = {}
+    for seed_dir in sorted((RESULTS / name / variant).glob("seed*")):
+        rows = [json.loads(line) for line in (seed_dir / "metrics.jsonl").read_text().splitlines()]
+        out[int(seed_dir.name[4:])] = [r for r in rows if "hijack/exact-m32/accuracy" in r][-1]["hijack/exact-m32/accuracy"]
+    return out
+
+
+def test_a_comparison_against_an_unconverged_baseline_says_so():
+    e = _entry("hijack-v2-4", "count-prior")
+    assert e.baseline_not_converged == 5
+    assert "not converged" in generate.leaderboard_block(ROOT / "docs" / "leaderboard.md")
+
+
+def test_families():
+    assert [family(v) for v in ("standard", "gqa", "magnitude-prefix-logits", "count-prior", "low-temperature",
+                                "boneless-corr", "mla", "moh", "no-such-variant")] == [
+        "softmax", "softmax", "magnitude", "controls", "controls", "projections", "projections", "heads", "other"]
+
+
+def test_every_shipped_comparison_is_on_the_leaderboard_or_left_off_with_a_reason():
+    shipped = {p.parent.name for p in RESULTS.glob("*/results.json")} | {p.parent.name for p in RESULTS.glob("*/sweep.json")}
+    listed = set(generate.LEADERBOARD) | set(generate.LEFT_OFF)
+    assert shipped == listed, (shipped - listed, listed - shipped)
+    assert not set(generate.LEADERBOARD) & set(generate.LEFT_OFF)
+
+
+def test_the_heatmap_is_current():
+    entries = generate.leaderboard_entries()
+    assert is_current(generate.LEADERBOARD_PLOT, generate.leaderboard_key(entries)), "run `python docs/generate.py`"
