@@ -2,7 +2,7 @@
 
 MFU (Chowdhery et al. 2022, "PaLM", appendix B) is the achieved model FLOP/s divided by the hardware's peak.
 Here the peak is not a datasheet number but the *measured* float32 throughput of a square matrix multiply on
-this device (:func:`matmul_peak_gflops`), cached per device in ``<cache dir>/matmul_peak.json``, so MFU is
+this device, the best over every run on it (:func:`matmul_peak`), cached per device in ``<cache dir>/matmul_peak.json``, so MFU is
 comparable across runs on the same machine and meaningful on CPUs, whose peak is rarely published.
 """
 
@@ -19,7 +19,7 @@ from torch import nn
 from ..atomic import write_text
 from ..config import GPTConfig
 
-__all__ = ["matmul_params", "flops_per_token", "gate_flops_per_token", "device_name", "measure_matmul_gflops", "matmul_peak_gflops", "mfu"]
+__all__ = ["matmul_params", "flops_per_token", "gate_flops_per_token", "device_name", "measure_matmul_gflops", "matmul_peak", "matmul_peak_gflops", "mfu"]
 
 PEAK_FILE = "matmul_peak.json"
 
@@ -127,9 +127,19 @@ def _peak_key(device: torch.device, dtype: torch.dtype = torch.float32) -> str:
 
 def matmul_peak_gflops(device: torch.device | str = "cpu", cache_dir: str | Path | None = None,
                        dtype: torch.dtype = torch.float32) -> float:
-    """The device's measured matmul peak in ``dtype`` in GFLOP/s (the run's compute dtype: a bfloat16 run is
-    measured against the bfloat16 peak, not the float32 one; a float32 run on CUDA with the trainer's TF32 on),
-    measured once and cached as JSON.
+    """The device's matmul peak in ``dtype`` in GFLOP/s (the run's compute dtype: a bfloat16 run is measured
+    against the bfloat16 peak, not the float32 one; a float32 run on CUDA with the trainer's TF32 on): the best of
+    every measurement on this machine so far (:func:`matmul_peak`)."""
+    return matmul_peak(device, cache_dir, dtype)["gflops"]
+
+
+def matmul_peak(device: torch.device | str = "cpu", cache_dir: str | Path | None = None,
+                dtype: torch.dtype = torch.float32) -> dict:
+    """{gflops, measurements, since}: the best matmul throughput measured on this device over ``measurements``
+    calls since the date ``since``. Each call measures again (:func:`measure_matmul_gflops`, a fraction of a
+    second) and keeps the higher of that and the cached best, so a peak measured while the machine is loaded
+    (which would inflate MFU) is replaced by the next measurement on a quieter machine and can never shrink a
+    better one.
 
     The cache is ``<cache_dir>/matmul_peak.json`` (default: :func:`attnlab.data.default_cache_dir`), keyed by
     device model, thread count, torch version and dtype. A corrupt or unwritable cache is ignored.
@@ -142,12 +152,14 @@ def matmul_peak_gflops(device: torch.device | str = "cpu", cache_dir: str | Path
     key = _peak_key(device, dtype)
     table = _read_json(path)
     entry = table.get(key)
-    if isinstance(entry, dict) and isinstance(entry.get("gflops"), (int, float)) and entry["gflops"] > 0:
-        return float(entry["gflops"])
+    if not (isinstance(entry, dict) and isinstance(entry.get("gflops"), (int, float)) and entry["gflops"] > 0):
+        entry = {"gflops": 0.0, "measurements": 0, "since": time.strftime("%Y-%m-%d")}
     gflops = measure_matmul_gflops(device, dtype=dtype)
-    table[key] = {"gflops": gflops, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    entry = {"gflops": max(float(entry["gflops"]), gflops), "measurements": int(entry.get("measurements", 1)) + 1,
+             "since": str(entry.get("since") or entry.get("measured_at", "")[:10])}
+    table[key] = entry
     _write_json(path, table)
-    return gflops
+    return entry
 
 
 def _read_json(path: Path) -> dict:

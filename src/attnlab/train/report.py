@@ -13,7 +13,7 @@ from ..atomic import write_text
 from ..data import default_cache_dir
 from ..rundir import METRICS_FILE, PLOT_FILE, SUMMARY_FILE
 from .checkpoint import find_checkpoint
-from .flops import device_name, matmul_peak_gflops, mfu
+from .flops import device_name, matmul_peak, mfu
 from .optim import lr_at
 from .plots import plot_losses
 from .trackers import log_row
@@ -129,14 +129,14 @@ def summary(t, status: str, **extra) -> dict:
     summed over resumed launches); n_params (all, tied counted once) and n_params_non_embedding; flops_per_token
     (flops.flops_per_token plus the magnitude gates' flops.gate_flops_per_token); tokens_per_s (this launch's
     training steps without its first one; global under DDP); mfu = tokens_per_s * flops_per_token /
-    (matmul_peak_gflops * 1e9 * world_size); variant, preset, seed, device, device_name, dtype, world_size, run_dir
+    (matmul_peak_gflops * 1e9 * world_size), the peak the best of every measurement on this machine
+    (matmul_peak_source says how many; :func:`.flops.matmul_peak`); variant, preset, seed, device, device_name, dtype, world_size, run_dir
     (= out_dir), checkpoint (the latest complete checkpoint folder); plus message and diverged_at for a diverged run.
     """
     tps = t.throughput.launch_rate()
     peak = None
     if t.info.is_main and tps:
-        peak = matmul_peak_gflops(t.device, t.cfg.data.cache_dir or default_cache_dir(),
-                                  DTYPES[t.tc.dtype] or torch.float32)
+        peak = matmul_peak(t.device, t.cfg.data.cache_dir or default_cache_dir(), DTYPES[t.tc.dtype] or torch.float32)
     ckpt = find_checkpoint(t.run_dir) if t.info.is_main else None
     result = {
         "status": status,
@@ -156,8 +156,10 @@ def summary(t, status: str, **extra) -> dict:
         "n_params_non_embedding": t.model.num_params(),
         "flops_per_token": t.flops_per_token,
         "tokens_per_s": tps,
-        "mfu": mfu(tps or 0.0, t.flops_per_token, peak or 0.0, t.info.world_size) if peak else None,
-        "matmul_peak_gflops": peak,
+        "mfu": mfu(tps or 0.0, t.flops_per_token, peak["gflops"], t.info.world_size) if peak else None,
+        "matmul_peak_gflops": peak["gflops"] if peak else None,
+        "matmul_peak_source": (f"best of {peak['measurements']} measurements on this machine since {peak['since']}"
+                               if peak else None),
         "variant": t.cfg.variant_name,
         "preset": t.cfg.preset,
         "seed": t.tc.seed,
