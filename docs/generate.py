@@ -248,7 +248,24 @@ def results_block(name: str) -> str:
     from attnlab.experiments.report import read_results, results_tables
 
     results, _ = read_results(ROOT / "results" / name)
-    return results_tables(results, heading="####")
+    return collapse(results_tables(results, heading="####"), COLLAPSED)
+
+
+# The per-seed and per-step tables: folded on the pages (a click opens them), out of the table of contents.
+COLLAPSED = ("Final validation loss per seed", "Validation loss during training", "Validation accuracy (%) during training")
+
+
+def collapse(text: str, titles: tuple[str, ...]) -> str:
+    """Each ``#### <title>`` section of ``text`` (up to the next heading) as a folded block (pymdownx.details)."""
+    out, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("#"):
+            inside = line.lstrip("#").strip() in titles
+            if inside:
+                out += [f'??? note "{line.lstrip("#").strip()}"']
+                continue
+        out.append(("    " + line if line else "") if inside else line)
+    return "\n".join(out) + "\n"
 
 
 def hijack_summary_block(prefix: str) -> str:

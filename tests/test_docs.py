@@ -148,7 +148,8 @@ def test_results_blocks_are_the_shipped_runs():
     for name, quotes in found.items():
         results, _ = read_results(ROOT / "results" / name)
         for page, block in quotes:
-            assert block == results_tables(results, heading="####"), f"{page}: RESULTS:{name}"
+            expected = generate.collapse(results_tables(results, heading="####"), generate.COLLAPSED)  # folded tables
+            assert block == expected, f"{page}: RESULTS:{name}"
 
 
 def test_images_exist():
@@ -426,3 +427,10 @@ def test_the_heads_page_gpu_costs_are_the_saved_layer_benchmark():
             in page)
     assert f"the layer costs {ratio['coda']}x the SDPA layer's forward+backward, the cheapest of the three" in page
     assert ratio["coda"] < min(ratio["talking-heads"], ratio["moh"])
+
+
+def test_per_seed_tables_fold_and_the_rest_stays_open():
+    text = "#### Results\n\n| a |\n|---|\n| 1 |\n\n#### Final validation loss per seed\n\n| s |\n|---|\n| 2 |\n\n#### Gates\n\n| g |\n"
+    assert generate.collapse(text, ("Final validation loss per seed",)) == (
+        "#### Results\n\n| a |\n|---|\n| 1 |\n\n??? note \"Final validation loss per seed\"\n\n    | s |\n    |---|\n"
+        "    | 2 |\n\n#### Gates\n\n| g |\n")
