@@ -16,7 +16,7 @@ PACKAGE = ROOT / "src" / "attnlab"
 
 # bottom to top: a module may import its own layer (without cycles) and the layers below, never one above
 LAYERS = [
-    {"errors", "atomic", "lock", "configio", "rundir", "weights"},
+    {"errors", "atomic", "lock", "configio", "rundir", "weights", "switches", "lazy"},
     {"functional", "tasks"},
     {"mechanisms"},
     {"attention_config", "registry", "config", "hf", "data"},

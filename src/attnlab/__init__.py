@@ -4,7 +4,7 @@ The public names below are imported on first use (PEP 562), so that ``import att
 ``--help`` do not pay for torch before they need it.
 """
 
-import importlib
+from .lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -19,14 +19,4 @@ _HOMES = {  # public name -> the module that defines it
 __all__ = list(_HOMES)
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'attnlab' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
-
-
-def __dir__():
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -17,20 +17,20 @@ from typing import NamedTuple
 
 from .configio import from_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
-from .functional.attention import BACKENDS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa
+from .switches import BACKENDS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa
 from .mechanisms.heads.config import FLAT_NAMES as HEAD_FLAT_NAMES
 from .mechanisms.heads.config import HeadMixConfig
 from .mechanisms.heads.config import fold_flat as fold_heads
-from .mechanisms.heads.functional import HEAD_MIXES, LOGIT_MIXES
+from .mechanisms.heads.names import HEAD_MIXES, LOGIT_MIXES
 from .mechanisms.magnitude.config import FLAT_NAMES as MAGNITUDE_FLAT_NAMES
 from .mechanisms.magnitude.config import MagnitudeConfig, fold_flat
-from .mechanisms.magnitude.lowrank import SOLVER as LOWRANK
-from .mechanisms.magnitude.reference import FORMS as MAGNITUDE_FORMS
+from .mechanisms.magnitude.names import FORMS as MAGNITUDE_FORMS
+from .mechanisms.magnitude.names import LOWRANK
 from .mechanisms.projections.config import FLAT_NAMES as PROJECTION_FLAT_NAMES
 from .mechanisms.projections.config import ProjectionConfig
 from .mechanisms.projections.config import fold_flat as fold_projections
-from .mechanisms.projections.module import LEARNED_MODES
-from .mechanisms.projections.module import MODES as PROJECTION_MODES
+from .mechanisms.projections.names import LEARNED_MODES
+from .mechanisms.projections.names import MODES as PROJECTION_MODES
 
 QK_NORMS = ("off", "fixed", "learned")
 

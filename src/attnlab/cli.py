@@ -226,7 +226,7 @@ def cmd_consensus(args) -> int:
 
     from .analysis.consensus import consensus, plot_cluster_counts, raw_correlation_growth, save_frames
     from .errors import check_choice, check_number
-    from .functional.attention import NORMALIZERS
+    from .switches import NORMALIZERS
 
     for name in ("points", "steps", "frame_every"):
         check_number(f"--{name.replace('_', '-')}", getattr(args, name), low=1, integer=True)
@@ -553,8 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)  # before any heavy import: --help answers at once
-    from .errors import ConfigError
-    from .train.guards import TrainingDiverged
+    from .errors import ConfigError, TrainingDiverged  # torch-free: a listing command never imports torch
 
     try:
         return args.func(args)

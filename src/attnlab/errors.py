@@ -17,6 +17,11 @@ class ConfigError(ValueError):
     """A user-facing configuration mistake; the message is one line naming the value and what is allowed."""
 
 
+class TrainingDiverged(RuntimeError):
+    """The training loss (or gradient norm) became NaN or infinite. One-line message; summary.json says
+    "diverged" and the last good checkpoint is left untouched."""
+
+
 def closest(name: str, allowed: Iterable[str]) -> str | None:
     """The allowed name most similar to ``name`` (for "did you mean ...?"), or None if nothing is close."""
     match = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.5)

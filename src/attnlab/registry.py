@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from .attention_config import AttentionConfig, HeadMixConfig, MagnitudeConfig, ProjectionConfig
 from .errors import unknown_name
-from .mechanisms.magnitude.reference import PRIOR_FLOOR
-from .mechanisms.magnitude.lowrank import EPS as LOWRANK_EPS
-from .mechanisms.magnitude.lowrank import RANK as LOWRANK_RANK
+from .mechanisms.magnitude.names import EPS as LOWRANK_EPS
+from .mechanisms.magnitude.names import PRIOR_FLOOR
+from .mechanisms.magnitude.names import RANK as LOWRANK_RANK
 
 
 @dataclass(frozen=True)

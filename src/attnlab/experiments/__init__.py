@@ -5,24 +5,15 @@
 * :mod:`.stats` — mean, sample std and Welch's t-test (Welch 1947; Satterthwaite 1946).
 * :mod:`.report` — report.md, results.json and loss_curves.png from the run directories on disk.
 * :mod:`.sweep` — the weight-decay sweep: pseudo-rank and validation loss per lambda (``attnlab rank-sweep``).
+
+Names load on first use (:mod:`attnlab.lazy`), so listing the catalog does not import the trainer.
 """
 
-from .catalog import Experiment, experiment_names, load_experiment
-from .compare import compare, run_config, run_dir, run_state
-from .report import write_report
-from .stats import Summary, WelchResult, describe, welch_ttest
+from ..lazy import lazy_exports
 
-__all__ = [
-    "Experiment",
-    "experiment_names",
-    "load_experiment",
-    "Summary",
-    "WelchResult",
-    "compare",
-    "describe",
-    "run_config",
-    "run_dir",
-    "run_state",
-    "welch_ttest",
-    "write_report",
-]
+_HOMES = {"Experiment": ".catalog", "experiment_names": ".catalog", "load_experiment": ".catalog",
+          **dict.fromkeys(("compare", "run_config", "run_dir", "run_state"), ".compare"),
+          "write_report": ".report",
+          **dict.fromkeys(("Summary", "WelchResult", "describe", "welch_ttest"), ".stats")}
+__all__ = list(_HOMES)
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

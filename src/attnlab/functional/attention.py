@@ -15,13 +15,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..switches import BACKENDS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa  # noqa: F401  (their home)
 from .masks import causal_keep, mask_renormalize_softmax
 from .scores import default_scale, dot_logits, rbf_augment, rbf_logits
 
-KERNELS = ("dot", "rbf")  # attnlab.functional.scores: dot_logits, rbf_logits
-NORMALIZERS = ("softmax", "none")
-MASK_FORMS = ("additive", "renormalize")  # the masking write-up's two forms (attnlab.functional.masks)
-BACKENDS = ("auto", "sdpa", "explicit")
 _SDPA_HAS_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)  # enable_gqa arrived in 2.5
 
 
@@ -45,26 +42,6 @@ def sdpa_enable_gqa(device_type: str, dtype: torch.dtype) -> bool:
     if not _SDPA_HAS_GQA:
         return False
     return device_type != "cuda" or dtype in (torch.float16, torch.bfloat16)
-
-
-def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", return_weights=False, backend="auto",
-              value_gate=False, head_mix=False):
-    """Whether :func:`attention` will call SDPA for these options (value_gate, head_mix: whether one is given).
-
-    The one predicate for "these options reduce to softmax(q k' s + mask) v": attnlab.attention_config.route
-    asks it too (a per-(i, j) value gate, the prefix magnitude form, does not reduce; a per-key gate on v does).
-    A logit prior, per key or per (i, j), is an additive float mask and never changes the answer. Talking heads
-    and CODA's cascade (head_mix: a head_mix or a logit_fn is given) change the logits of all heads at each (i, j),
-    which no fused kernel does.
-    """
-    reducible = (normalizer == "softmax" and not (causal and mask_form == "renormalize") and not return_weights
-                 and not value_gate and not head_mix)
-    if backend == "sdpa" and not reducible:
-        raise ValueError(
-            "backend='sdpa' cannot compute normalizer='none', mask_form='renormalize', a value_gate, heads mixed "
-            "inside the softmax (talking heads, CODA) or return weights; use backend='auto' or 'explicit'"
-        )
-    return reducible and backend != "explicit"
 
 
 def attention(

@@ -18,15 +18,11 @@ import math
 
 import torch
 
+from ..errors import TrainingDiverged  # noqa: F401  (raised by the loop; its home is attnlab.errors)
 from .config import TrainConfig
 from .optim import lr_at
 
 __all__ = ["TrainingDiverged", "Diverged", "NonFiniteGuard", "DivergenceGuard", "diverged_message"]
-
-
-class TrainingDiverged(RuntimeError):
-    """The training loss (or gradient norm) became NaN or infinite. One-line message; summary.json says
-    "diverged" and the last good checkpoint is left untouched."""
 
 
 class Diverged(Exception):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ...configio import fold_keys
 from ...errors import ConfigError, check_choice, check_number, strict_fields
-from .functional import HEAD_MIXES
+from .names import HEAD_MIXES
 
 
 @strict_fields

@@ -34,9 +34,8 @@ weight the heads of token i by a function of token i alone):
 from __future__ import annotations
 
 import torch
+from .names import HEAD_MIXES, LOGIT_MIXES  # noqa: F401  (their home: .names)
 
-HEAD_MIXES = ("concat", "talking", "moh", "coda")
-LOGIT_MIXES = ("talking", "coda")  # the heads.mix values that change the logits inside the softmax: explicit path
 
 
 def cascade_logits(scores: torch.Tensor, previous: torch.Tensor | None, head_mlp, noise: float,

@@ -2,13 +2,15 @@
 
 reference: the formulas in float64-friendly torch (similarity, solves, prefix forms, the gate and the logit prior);
 lowrank: the low-rank-plus-diagonal solver; fused: the same weights as one autograd node with hand-derived
-gradients; prefix_blocks: causal attention with the low-rank prefix weights, block by block; module: MagnitudeGate.
+gradients; prefix_blocks: causal attention with the low-rank prefix weights, block by block; module: MagnitudeGate;
+names: the allowed values of the switches, without torch. Names load on first use (:mod:`attnlab.lazy`).
 """
 
-from .module import MagnitudeGate, magnitude_gates, magnitude_log, magnitude_stats, record_magnitude_stats
-from .reference import (PRIOR_FLOOR, gate, log_prior, magnitude, magnitude_weights, prefix_magnitude,
-                        prefix_weight_matrix, prefix_weights)
+from ...lazy import lazy_exports
 
-__all__ = ["MagnitudeGate", "magnitude_gates", "magnitude_log", "magnitude_stats", "record_magnitude_stats",
-           "PRIOR_FLOOR", "gate", "log_prior", "magnitude", "magnitude_weights", "prefix_magnitude",
-           "prefix_weight_matrix", "prefix_weights"]
+_HOMES = {**dict.fromkeys(("MagnitudeGate", "magnitude_gates", "magnitude_log", "magnitude_stats",
+                           "record_magnitude_stats"), ".module"),
+          **dict.fromkeys(("PRIOR_FLOOR", "gate", "log_prior", "magnitude", "magnitude_weights", "prefix_magnitude",
+                           "prefix_weight_matrix", "prefix_weights"), ".reference")}
+__all__ = list(_HOMES)
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 from ...configio import fold_keys
 from ...errors import ConfigError, check_choice, check_number, strict_fields
-from .lowrank import SOLVER as LOWRANK
-from .reference import APPLY, CAUSAL_FORMS, FORMS, GATE_ALIASES, GATES, KERNELS, SOLVERS
+from .names import APPLY, CAUSAL_FORMS, FORMS, GATE_ALIASES, GATES, KERNELS, LOWRANK, SOLVERS
 
 ALL_SOLVERS = (*SOLVERS, LOWRANK)
 

@@ -33,15 +33,12 @@ import torch
 import torch.nn.functional as F
 
 from ...functional.scores import squared_distances
+from .names import CHUNK, EPS, RANK  # noqa: F401  (their home: .names)
+from .names import LOWRANK as SOLVER  # the name of this solver beside the exact ones (.names)
 
 __all__ = ["CHUNK", "EPS", "LANDMARK_INIT_STD", "RANK", "SOLVER", "default_landmarks", "lowrank_prefix", "nystrom_features",
            "prefix_weight_matrix_lowrank"]
 
-SOLVER = "lowrank"  # the name of this solver beside attnlab.mechanisms.magnitude.reference.SOLVERS (the exact ones)
-RANK = 32  # default number of landmarks r
-CHUNK = 64  # default positions per block of the chunked solve
-EPS = 0.1  # the eps of the registered low-rank variants: at 1e-3 the approximation misses the exact weights of
-#   trained keys by as much as their size; at 0.1 it holds (docs/studies/magnitude-long.md#the-defaults)
 LANDMARK_INIT_STD = 0.5  # landmarks start as N(0, 0.5^2) points: the spread of a GPT's keys at init (weights of std
 #   0.02 on unit-variance inputs give key coordinates of std 0.02 sqrt(n_embd): 0.23 at n_embd 128, 0.55 at 768)
 

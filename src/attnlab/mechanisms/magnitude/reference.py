@@ -41,17 +41,9 @@ from .lowrank import CHUNK, RANK, default_landmarks, lowrank_prefix, nystrom_fea
 from .lowrank import SOLVER as LOWRANK
 from .lowrank import prefix_weight_matrix_lowrank
 from ...functional.scores import squared_distances
+from .names import (APPLY, CAUSAL_FORMS, FORMS, GATE_ALIASES, GATES, KERNELS, PRIOR_FLOOR,  # noqa: F401
+                    SOLVERS)  # their home: .names
 
-KERNELS = ("gaussian", "laplacian")
-SOLVERS = ("cholesky", "cg")
-GATES = ("clamp", "sigmoid", "linear")  # default first
-GATE_ALIASES = {"seed": "sigmoid"}  # earlier names of the gates, still accepted
-FORMS = ("global", "causal", "prefix")  # which key set each weight is taken in (see gaussian_key_weights)
-CAUSAL_FORMS = FORMS[1:]  # the forms solved on every prefix (exact by one Cholesky factor, or the lowrank solver)
-APPLY = ("values", "logits")  # where the weights act: a gate on the values (default), or a prior in the softmax
-PRIOR_FLOOR = 1e-4  # log_prior clamps w here: below 1/N for every context attnlab trains (N <= 1024), so exact
-#   clusters of up to 10^4 clones still count as one key; a key with w <= floor (magnitude weights can be 0 or
-#   negative) keeps a finite prior log(1e-4) = -9.2 against 0 for an isolated key (no -inf, no empty row)
 MAX_JITTER_TRIES = 8
 
 

@@ -1,6 +1,9 @@
-"""How Q, K and V are made: the Boneless write-up's steps, low-rank projections and MLA's latent K/V."""
+"""How Q, K and V are made: the Boneless write-up's steps, low-rank projections and MLA's latent K/V. Names load
+on first use (:mod:`attnlab.lazy`)."""
 
-from .config import ProjectionConfig
-from .module import LEARNED_MODES, MODES, LatentKV, make_projection
+from ...lazy import lazy_exports
 
-__all__ = ["ProjectionConfig", "LEARNED_MODES", "MODES", "LatentKV", "make_projection"]
+_HOMES = {"ProjectionConfig": ".config", "LEARNED_MODES": ".names", "MODES": ".names", "LatentKV": ".module",
+          "make_projection": ".module"}
+__all__ = list(_HOMES)
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ...configio import fold_keys
 from ...errors import ConfigError, check_choice, check_number, strict_fields
-from .module import LEARNED_MODES, MODES
+from .names import LEARNED_MODES, MODES
 
 
 @strict_fields

@@ -21,9 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...errors import ConfigError
+from .names import LEARNED_MODES, MODES  # noqa: F401  (their home: .names)
 
-MODES = ("projected", "identity", "identity_init", "residual")  # how Q, K or V is made (the table above)
-LEARNED_MODES = ("projected", "residual")  # the modes with a trained W that low rank can factor (W = B A)
 GPT2_INIT_STD = 0.02  # GPT-2's N(0, 0.02) weight init (attnlab.model.GPT._init_weights)
 
 
