@@ -81,7 +81,7 @@ LOWRANK_ROW = {"standard", "magnitude-causal-lowrank", "magnitude-prefix-logits-
 def test_hijack_parts_train_issue_15s_nine_variants_at_m_0_and_sweep_m():
     """The hijack experiment is standard, qk-norm, rbf, the magnitude forms with both gates and the two logits
     variants, 3 seeds, swept over m in {0, 4, 16, 64}. The parts share every setting but the variants, start with
-    the baseline, train at m = 0 (the protocol on docs/studies/capability.md) and leave room for m = 64."""
+    the baseline, train at m = 0 (the protocol on docs/studies/capability-hijack-v1.md) and leave room for m = 64."""
     from attnlab.tasks import get_task
     from attnlab.tasks.hijack import SWEEP_M
 

@@ -26,7 +26,10 @@ def _flat(path: Path) -> str:
     return " ".join(path.read_text().split())
 
 
-CAPABILITY = _flat(ROOT / "docs" / "studies" / "capability.md")
+# The capability study: its summary page and one page per task, read as one text
+CAPABILITY_PAGES = [ROOT / "docs" / "studies" / f"capability{part}.md"
+                    for part in ("", "-mqar", "-induction", "-selective-copy", "-noisy-recall", "-hijack-v1")]
+CAPABILITY = " ".join(_flat(page) for page in CAPABILITY_PAGES)
 HEADS = _flat(ROOT / "docs" / "heads.md")
 
 
@@ -88,11 +91,12 @@ def _best_seed(name: str, variant: str = "standard") -> int:
 
 
 def test_budgets_and_seeds_of_the_page():
-    """The limits box: every comparison with a table on the page ran 500 or 1000 steps with 3 seeds, but for the
-    fixed-m check's one seed."""
+    """The limits box: every comparison with a table on the study's pages ran 500 or 1000 steps with 3 seeds, but
+    for the fixed-m check's one seed."""
     import re
 
-    page = (ROOT / "docs" / "studies" / "capability.md").read_text()
+    assert sorted(CAPABILITY_PAGES) == sorted((ROOT / "docs" / "studies").glob("capability*.md")), "every page read"
+    page = "".join(p.read_text() for p in CAPABILITY_PAGES)
     names = set(re.findall(r"<!-- RESULTS:([\w-]+):BEGIN", page)) | set(re.findall(r"HIJACK-PROTOCOL:([\w-]+):", page))
     settings = {name: _results(name)["settings"] for name in names}
     steps = sorted({s["max_steps"] for s in settings.values()})

@@ -14,7 +14,7 @@ reads the last evaluation of every finished run and gives, per variant and cell,
 
 as Markdown tables and two plots (accuracy against m, masses against m; a line per variant, a ±1 std band).
 The magnitude write-up's hypothesis predicts that as m grows the softmax forms lose accuracy and mass to the cluster while the
-magnitude forms keep both (docs/studies/capability.md).
+magnitude forms keep both (docs/studies/capability-hijack-v1.md).
 """
 
 from __future__ import annotations
