@@ -74,6 +74,7 @@ LEFT_OFF = {
     "hijack-mixed-3": "hijacking version 1 (superseded by hijack-v2)",
     "heads-hijack": "on hijacking version 1's task, 500-step runs not converged (superseded by hijack-v2)",
     "hijack-v2-3": "a calibration: one seed per variant, every run at its cap",
+    "hijack-v2-4-calibration": "a calibration: one seed per variant, on another cap than the study's",
     "boneless-early": "the boneless comparison at an earlier, shorter budget (superseded by boneless)",
     "zoology-mqar-t64-d64-sweep": "a learning-rate sweep of `standard` alone: no variant to compare",
 }

@@ -1,9 +1,9 @@
 """Saving a comparison's figures so that regenerating its report rewrites a figure only when it is missing or stale.
 
 A figure is *stale* when what it was drawn from changed: the numbers (the report's results and the run curves)
-or the code that draws it (the source of the modules that draw it: :mod:`.plots` and :mod:`.hijack_report` for a
-report). Each PNG carries a key of both in a text chunk (:data:`KEY_FIELD`); :func:`is_current` compares it with the key of today's inputs. The key
-deliberately leaves out the matplotlib version and the fonts, so a clean checkout on another machine keeps the
+or the code that draws it (the source of what draws it: :mod:`.plots` and :func:`.hijack_report.plot_hijack` for a
+report). Each PNG carries a key of both in a text chunk (:data:`KEY_FIELD`); :func:`is_current` compares it with
+the key of today's inputs. The key deliberately leaves out the matplotlib version and the fonts, so a clean checkout on another machine keeps the
 shipped pictures instead of rewriting them pixel by pixel, and ``attnlab report results/NAME`` leaves a current
 checkout clean.
 """
@@ -21,9 +21,11 @@ KEY_FIELD = "attnlab-inputs"
 
 
 def inputs_key(*inputs, drawn_by: tuple = ()) -> str:
-    """The key (sha256, hex) of the drawing code (the source of the modules ``drawn_by``) and ``inputs``
-    (JSON-serialisable; other values by ``str``)."""
-    digest = hashlib.sha256(b"".join(Path(module.__file__).read_bytes() for module in drawn_by))
+    """The key (sha256, hex) of the drawing code (the source of the modules or functions ``drawn_by``) and
+    ``inputs`` (JSON-serialisable; other values by ``str``)."""
+    import inspect
+
+    digest = hashlib.sha256("".join(inspect.getsource(code) for code in drawn_by).encode())
     digest.update(json.dumps(inputs, sort_keys=True, default=str, allow_nan=True).encode())
     return digest.hexdigest()
 

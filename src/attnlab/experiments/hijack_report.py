@@ -178,7 +178,7 @@ def hijack_protocol(fixed: tuple[str, list], mixed: list[tuple[str, list]]) -> s
     return "\n".join(lines) + "\n"
 
 
-def _band(ax, xs, cells, label, **style):
+def band_line(ax, xs, cells, label, **style):
     """A mean line and a ±1 std band, in % (cells hold fractions), the band clipped to 0-100%."""
     pts = [(x, 100 * c["mean"], None if c["std"] is None else 100 * c["std"]) for x, c in zip(xs, cells)
            if c["mean"] is not None]
@@ -215,7 +215,7 @@ def plot_hijack(hijack: dict, out_dir, key: str | None = None) -> list[Path]:
             for k, stat in enumerate(stats):
                 ax = fig.add_subplot(len(kinds), len(stats), i * len(stats) + k + 1)
                 for row in hijack["variants"]:
-                    _band(ax, ms, [row["m"][cell_key(kind, m)][stat] for m in ms], f"{row['variant']} (n={row['n']})",
+                    band_line(ax, ms, [row["m"][cell_key(kind, m)][stat] for m in ms], f"{row['variant']} (n={row['n']})",
                           linestyle="--" if "logits" in row["variant"] else "-")
                 ax.set_xscale("symlog", linthresh=1)
                 ax.set_xticks(ms, [str(m) for m in ms])

@@ -590,7 +590,7 @@ def write_report(out_dir) -> Path:
     variants = [row["variant"] for row in results["variants"]]
     key = inputs_key(results, [(r.variant, r.seed, r.status, r.usable, r.not_converged, r.summary.get("stop_at"),
                                 sorted(r.curve.items()), sorted(r.accuracy_curve.items())) for r in records],
-                     drawn_by=(plots, hijack_report))
+                     drawn_by=(plots, hijack_report.plot_hijack, hijack_report.band_line))
     drawn = {CURVES_FILE: plot_loss_curves(records, variants, out_dir / CURVES_FILE, key),
              DELTA_CURVES_FILE: plot_loss_deltas(records, variants, results["baseline"], out_dir / DELTA_CURVES_FILE, key),
              ACCURACY_CURVES_FILE: plot_accuracy_curves(records, variants, out_dir / ACCURACY_CURVES_FILE, key)}
