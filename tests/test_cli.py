@@ -144,3 +144,31 @@ def test_report_export_ships_the_runs_without_checkpoints(capsys, cache):
     assert json.loads((dest / "mqa" / "seed1" / "summary.json").read_text())["status"] == "finished"
     assert (dest / "standard" / "seed0" / "metrics.jsonl").read_text() == kept
     assert read_results(dest)[0]["variants"][1]["n_finished"] == 2
+
+
+def test_listing_commands_start_without_torch_as_benchmarked():
+    """docs/speed.md quotes results/benchmarks/cli_startup.json (benchmarks/cli_startup.py), and each listing
+    command there took well under `import torch` (the bound: 1.2x). The measurement is shipped, not timed here."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    bench = json.loads((root / "results" / "benchmarks" / "cli_startup.json").read_text())
+    ratios = {name.split()[1]: row["ratio_to_import_torch"] for name, row in bench["commands"].items()}
+    assert set(ratios) == {"--help", "variants", "tasks", "experiments"} and max(ratios.values()) <= 1.2
+    quoted = (f"`import torch` took {bench['reference_s']:.3f} s, and\n`attnlab --help` {ratios['--help']:.3f}x of it, "
+              f"`attnlab variants` {ratios['variants']:.3f}x, `attnlab tasks` {ratios['tasks']:.3f}x, "
+              f"`attnlab experiments` {ratios['experiments']:.3f}x.")
+    assert quoted in (root / "docs" / "speed.md").read_text()
+
+
+def test_listing_commands_import_no_torch():
+    """The registry, the task list and the catalog load with torch blocked: `variants`, `tasks` and `experiments`
+    never import it (a fresh interpreter, so the test's own torch does not count)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\nfrom attnlab.cli import main\n"
+            "for c in ('variants', 'tasks', 'experiments'):\n    assert main([c]) == 0")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
