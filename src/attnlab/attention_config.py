@@ -74,6 +74,8 @@ class AttentionConfig:
     """How the heads combine (the masking write-up): a HeadMixConfig table (mix: `"concat"`, `"talking"`, `"moh"` or `"coda"`; coda_noise; moh_shared, moh_top_k, moh_balance: the head switches below). A mix name stands for the table with that mix. The flat keys of older configs (`head_mix`, `moh_top_k`, ...) are folded in when a config is read."""
     count_prior: bool = False
     """The duplicate-count prior: softmax(z_ij - log c_ij), c_ij the copies of token x_j among x_1..x_i, so m identical tokens share one token's mass (attnlab.mechanisms.count_prior.reference; the control for magnitude's logit prior, which does the same on exact duplicates). Reads the token ids: causal softmax in a GPT only; composes with a magnitude logit prior (the two add)."""
+    ssmax: bool = False
+    """Scalable-Softmax (Nakanishi 2025, arXiv:2501.19399): the logits of a query that sees n keys times s log n (n = its prefix length when causal), s learned per head from 0.43 (attnlab.mechanisms.ssmax). Applied by scaling the queries, so it keeps SDPA; needs softmax over dot-product logits; a logit prior (magnitude, count) is added unscaled."""
 
     def __post_init__(self):
         for name in ("n_head", "n_kv_head"):
@@ -104,6 +106,12 @@ class AttentionConfig:
             raise ConfigError(f"attention.count_prior=true needs causal softmax attention (counts over each query's "
                               f"prefix, a prior inside the softmax); got causal={self.causal}, "
                               f"normalizer={self.normalizer!r}")
+        if not isinstance(self.ssmax, bool):
+            raise ConfigError(f"attention.ssmax={self.ssmax!r} must be true or false")
+        if self.ssmax and not (self.normalizer == "softmax" and self.kernel == "dot"):
+            raise ConfigError(f"attention.ssmax=true scales dot-product logits inside a softmax; got "
+                              f"kernel={self.kernel!r}, normalizer={self.normalizer!r} (allowed: kernel='dot', "
+                              f"normalizer='softmax')")
         if self.backend == "sdpa" and route(self.replace(backend="auto")).path != "sdpa":
             extra = ", magnitude form 'prefix' (a per-(i, j) gate)" if _form(self) == "prefix" else ""  # on the values
             extra += f", heads.mix={self.heads.mix!r} (logits mixed across heads)" if self.heads.mix in LOGIT_MIXES \

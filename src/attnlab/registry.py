@@ -227,3 +227,11 @@ register(
     notes="a prior that discounts clusters also sharpens the weights on a unique key; this control sharpens every "
           "row alike without looking at duplicates (qk-norm is the learned-scale control).",
 )
+
+register(
+    "ssmax", "Scalable-Softmax: softmax((s log n_i) z_ij), n_i the keys query i sees (its prefix length), s learned "
+    "per head from 0.43",
+    "Nakanishi 2025, arXiv:2501.19399; an answer to attention dilution beside the Magnitude Attention write-up's",
+    ssmax=True,
+    notes="the logit scale grows with the context a query sees, so a softmax over a longer prefix does not flatten; "
+          "folded into the queries, so it keeps SDPA and the K/V cache.")

@@ -26,12 +26,13 @@ from pathlib import Path
 
 from ..rundir import RESULTS_FILE
 
-FAMILIES = ("softmax", "magnitude", "controls", "projections", "heads")
+FAMILIES = ("softmax", "magnitude", "controls", "dilution", "projections", "heads")
 """Families of mechanisms, by the AttentionConfig table a variant changes (see :func:`family`)."""
 
 FAMILY_TITLES = {"softmax": "Softmax and its kernels, masks and K/V sharing",
                  "magnitude": "Magnitude Attention",
                  "controls": "Controls for magnitude (duplicate count, temperature)",
+                 "dilution": "Other answers to attention dilution",
                  "projections": "Boneless, low-rank and latent projections",
                  "heads": "Head recombination",
                  "other": "Other"}
@@ -39,8 +40,8 @@ FAMILY_TITLES = {"softmax": "Softmax and its kernels, masks and K/V sharing",
 
 def family(variant: str) -> str:
     """The family of a registered variant: ``magnitude`` (a magnitude table), ``controls`` (the count prior or a
-    fixed temperature), ``projections`` (any projection switch), ``heads`` (a head mix), else ``softmax``; ``other``
-    for a name the registry does not know."""
+    fixed temperature), ``dilution`` (another answer to attention dilution: SSMax), ``projections`` (any projection
+    switch), ``heads`` (a head mix), else ``softmax``; ``other`` for a name the registry does not know."""
     from ..registry import variant_info, variants
 
     if variant not in variants():
@@ -50,6 +51,8 @@ def family(variant: str) -> str:
         return "magnitude"
     if cfg.count_prior or cfg.temperature != base.temperature:
         return "controls"
+    if cfg.ssmax:
+        return "dilution"
     if cfg.projections != base.projections:
         return "projections"
     if cfg.heads != base.heads:

@@ -19,6 +19,7 @@ from ..functional.scores import default_scale, qk_normalize
 from .kv_cache import LayerKV
 from ..mechanisms.heads.module import HeadMLP, MoHRouter, TalkingHeads
 from ..mechanisms.magnitude.module import MagnitudeGate
+from ..mechanisms.ssmax.module import ScalableSoftmax
 from ..mechanisms.projections.module import LatentKV, kv_cache_per_token, make_projection, resolve_latent, resolve_rank
 
 
@@ -94,6 +95,7 @@ class Attention(nn.Module):
             if heads.mix == "moh" else None
         coda = heads.mix == "coda"
         self.head_mlp = HeadMLP(self.n_head) if coda and layer > 0 else None  # f_l; layer 1 has no a^(l-1)
+        self.ssmax = ScalableSoftmax(self.n_head) if config.ssmax else None
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """[B, T, n * head_dim] -> [B, n, T, head_dim]."""
@@ -203,6 +205,8 @@ class Attention(nn.Module):
             scale = 1.0
         if kv is not None and not latent_cache:
             k, v = kv.append(k, v)
+        if self.ssmax is not None:  # SSMax: row i of the logits times s_h log n_i (arXiv:2501.19399), folded into q
+            q = q * self.ssmax.query_scale(q.shape[-2], k.shape[-2], causal=cfg.causal, offset=offset, dtype=q.dtype)
         if cfg.heads.mix == "coda":  # a^l from s^l and a^(l-1) (noise in training only), kept for the next layer
             def logit_fn(scores):
                 previous = previous_logits if self.head_mlp is not None else None
