@@ -565,8 +565,9 @@ def main(argv: list[str] | None = None) -> int:
     from attnlab.experiments.leaderboard import plot_leaderboard
 
     entries = leaderboard_entries()
-    if not is_current(LEADERBOARD_PLOT, leaderboard_key(entries)):
-        plot_leaderboard(entries, LEADERBOARD_PLOT, leaderboard_key(entries))
+    key = leaderboard_key(entries)
+    if not is_current(LEADERBOARD_PLOT, key):
+        plot_leaderboard(entries, LEADERBOARD_PLOT, key)
         print(f"drew {LEADERBOARD_PLOT.relative_to(ROOT)}")
     return 0
 
