@@ -4,7 +4,8 @@
   attnlab's torch code;
 * :func:`max_leak` / :func:`build` / ``LEAK_TOL``: the causality (perturbation leak) check;
 * :func:`one_line_error`: a call must raise a one-line ConfigError containing given fragments;
-* :func:`tiny`: the tiny preset's RunConfig in a test's directories, with overrides.
+* :func:`tiny`: the tiny preset's RunConfig in a test's directories, with overrides;
+* :func:`last_logged`: per seed, the last value a shipped comparison's runs logged for a metric.
 """
 
 from __future__ import annotations
@@ -193,3 +194,16 @@ def parse_hijack_v2(task, row) -> HijackV2Parse:
     return HijackV2Parse(expected, value0 + target[4], row[-1] - 2, target[1], target[3], [r[1] for r in cluster],
                  [row[r[1]] for r in cluster], {r[4] for r in cluster},
                  [r[2] for r in records if not r[0] and r[2] != query_key], fillers)
+
+
+def last_logged(comparison, variant: str, key: str) -> dict[int, float]:
+    """{seed: the last value of ``key`` in metrics.jsonl} for the runs of ``variant`` in the comparison directory
+    ``comparison`` (results/NAME): a run's value at its threshold, or at its cap."""
+    import json
+    from pathlib import Path
+
+    out = {}
+    for seed_dir in sorted((Path(comparison) / variant).glob("seed*")):
+        rows = [json.loads(line) for line in (seed_dir / "metrics.jsonl").read_text().splitlines()]
+        out[int(seed_dir.name[4:])] = [r for r in rows if key in r][-1][key]
+    return out

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import last_logged
 from scipy import stats
 
 from attnlab.experiments.figures import is_current
@@ -53,19 +54,11 @@ def test_a_task_cell_is_in_percent_and_higher_is_better():
 
 def test_a_declared_primary_metric_takes_the_studys_paired_interval():
     e = _entry("hijack-v2-1", "count-prior")
-    count = _finals_primary("hijack-v2-1", "count-prior")
-    std = _finals_primary("hijack-v2-1", "standard")
+    count = last_logged(RESULTS / "hijack-v2-1", "count-prior", "hijack/exact-m32/accuracy")
+    std = last_logged(RESULTS / "hijack-v2-1", "standard", "hijack/exact-m32/accuracy")
     seeds = sorted(count.keys() & std.keys())
     assert e.delta == pytest.approx(100 * np.mean([count[s] - std[s] for s in seeds]), rel=1e-9)
     assert e.ci_method == "BCa bootstrap" and e.low < e.delta < e.high and e.verdict == 1
-
-
-def _finals_primary(name: str, variant: str) -> dict[int, float]:
-    out = {}
-    for seed_dir in sorted((RESULTS / name / variant).glob("seed*")):
-        rows = [json.loads(line) for line in (seed_dir / "metrics.jsonl").read_text().splitlines()]
-        out[int(seed_dir.name[4:])] = [r for r in rows if "hijack/exact-m32/accuracy" in r][-1]["hijack/exact-m32/accuracy"]
-    return out
 
 
 def test_a_comparison_against_an_unconverged_baseline_says_so():

@@ -31,6 +31,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from helpers import last_logged
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "docs" / "studies"
@@ -224,11 +225,7 @@ LONG, LONG2, LOW = "magnitude-long", "magnitude-long-2", "magnitude-causal-lowra
 # function recomputes them from the raw files at the page's precision.
 def _hijack_primary(variant: str, name: str = "hijack-v2-1", cell: str = "exact-m32") -> dict[int, float]:
     """{seed: accuracy at the hijack query in ``cell`` (m = 32 exact copies), at the run's last evaluation}."""
-    out, key = {}, f"hijack/{cell}/accuracy"
-    for seed_dir in sorted((RESULTS / name / variant).glob("seed*")):
-        rows = [json.loads(line) for line in (seed_dir / "metrics.jsonl").read_text().splitlines()]
-        out[int(seed_dir.name[4:])] = [r for r in rows if key in r][-1][key]
-    return out
+    return last_logged(RESULTS / name, variant, f"hijack/{cell}/accuracy")
 
 
 def _count_vs_magnitude(name: str = "hijack-v2-1", cell: str = "exact-m32") -> str:
