@@ -10,7 +10,8 @@ import torch
 
 from attnlab import GPT, GPTConfig
 from attnlab.errors import ConfigError
-from attnlab.experiments.swap import evaluate_swap, swap_attention, task_accuracy
+from attnlab.analysis.task_mass import task_accuracy
+from attnlab.experiments.swap import evaluate_swap, swap_attention
 from attnlab.tasks import HijackV2
 from attnlab.train import train
 from helpers import tiny

@@ -26,7 +26,51 @@ from ..errors import ConfigError
 
 ROLE_UNIQUE, ROLE_CLUSTER, ROLE_QUERY = 1, 2, 3
 
-__all__ = ["attention_mass", "format_mass"]
+__all__ = ["attention_mass", "at_length", "format_mass", "task_accuracy"]
+
+EVAL_SEQUENCES = 512
+"""Sequences a task's answer accuracy is measured on by default (seeded: the same for every run)."""
+
+
+@torch.no_grad()
+def task_accuracy(model, task, n: int = EVAL_SEQUENCES, seed: int | list[int] = 11, batch_size: int = 128) -> float:
+    """Exact-match accuracy of ``model`` (a GPT) over every answer position of ``n`` sequences of ``task`` (numpy
+    seed ``seed``), in eval mode (the model's mode is restored)."""
+    x_all, y_all = task.sample(n, np.random.default_rng(seed))
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    correct = total = 0
+    try:
+        for i in range(0, n, batch_size):
+            x = torch.as_tensor(x_all[i:i + batch_size], device=device)
+            y = torch.as_tensor(y_all[i:i + batch_size], device=device)
+            logits, _ = model(x)
+            answer = y >= 0
+            correct += int((logits.argmax(-1) == y)[answer].sum())
+            total += int(answer.sum())
+    finally:
+        model.train(was_training)
+    return correct / total
+
+
+def at_length(model, block_size: int):
+    """A copy of ``model`` (a GPT) that reads sequences of up to ``block_size`` tokens: the same parameters (copied),
+    positions recomputed for the new length, in eval mode. For length extrapolation: no parameter depends on the
+    context length except learned positions, which have no rows beyond the trained block_size (a one-line
+    ConfigError); RoPE, sinusoidal and no positions are functions of the position, and every attention variant's
+    parameters are per head or per channel, not per position."""
+    from ..model import GPT
+
+    config = model.config
+    if block_size > config.block_size and config.pos_encoding == "learned":
+        raise ConfigError(f"a GPT with learned positions has none beyond block_size={config.block_size}, so it "
+                          f"cannot read {block_size} tokens; length extrapolation needs pos_encoding rope, "
+                          f"sinusoidal or none")
+    longer = GPT(config.replace(block_size=block_size))
+    longer.load_state_dict(model.state_dict())
+    param = next(model.parameters())
+    return longer.to(device=param.device, dtype=param.dtype).eval()
 
 
 @torch.no_grad()

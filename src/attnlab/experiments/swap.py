@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..atomic import write_text
@@ -29,16 +28,13 @@ from ..rundir import comparison_run_dir, read_summary
 from ..tasks import get_task
 from ..train import load_run
 from ..train.hooks import HijackSweepHook
+from ..analysis.task_mass import task_accuracy
 from ..registry import variant_info
 from .report import load_spec
 from .stats import describe, paired_ttest
 
-__all__ = ["swap_attention", "task_accuracy", "evaluate_swap", "swap_table", "swap_comparison", "swap_summary",
+__all__ = ["swap_attention", "evaluate_swap", "swap_table", "swap_comparison", "swap_summary",
            "swap_summary_table"]
-
-EVAL_SEQUENCES = 512
-"""Sequences of the task's own distribution the answer accuracy is measured on (seeded, the same for every run)."""
-
 
 def swap_attention(model: GPT, attention: str, seed: int = 0) -> tuple[GPT, dict]:
     """A copy of ``model`` with ``model.config.attention`` replaced by the variant ``attention``: (new model in eval
@@ -54,22 +50,6 @@ def swap_attention(model: GPT, attention: str, seed: int = 0) -> tuple[GPT, dict
     return swapped.to(next(model.parameters()).device).eval(), {
         "copied": copied, "new": [k for k in new if k not in copied],
         "dropped": [k for k in old if k not in new or old[k].shape != new[k].shape]}
-
-
-@torch.no_grad()
-def task_accuracy(model: GPT, task, n: int = EVAL_SEQUENCES, seed: int = 11, batch_size: int = 128) -> float:
-    """Exact-match accuracy over every answer position of ``n`` sequences of ``task`` (numpy seed ``seed``)."""
-    x_all, y_all = task.sample(n, np.random.default_rng(seed))
-    device = next(model.parameters()).device
-    correct = total = 0
-    for i in range(0, n, batch_size):
-        x = torch.as_tensor(x_all[i:i + batch_size], device=device)
-        y = torch.as_tensor(y_all[i:i + batch_size], device=device)
-        logits, _ = model(x)
-        answer = y >= 0
-        correct += int((logits.argmax(-1) == y)[answer].sum())
-        total += int(answer.sum())
-    return correct / total
 
 
 def _evaluate(model: GPT, task) -> dict:

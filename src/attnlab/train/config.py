@@ -106,6 +106,11 @@ class TrainConfig:
     """Steps between validation evaluations (also at the end); 0: only at the end."""
     eval_tokens: int = 65536
     """Validation tokens evaluated each time."""
+    eval_lengths: tuple[int, ...] = ()
+    """Length extrapolation on a task: sequence lengths (each above the task's seq_len) at which the task is also
+    evaluated at every evaluation, its other parameters unchanged; logged as `length/<L>/accuracy` (the answer
+    accuracy on 512 fixed sequences of length L). Needs a task source and positions that extend (rope,
+    sinusoidal or none). Empty: none."""
     log_interval: int = 10
     """Steps between training-loss log lines."""
     checkpoint_interval: int = 500
@@ -174,6 +179,12 @@ class TrainConfig:
                                                and len(self.init_from) > 3):
             raise ConfigError(f"train.init_from={self.init_from!r} must be 'hf:DIR' (a local Hugging Face GPT-2 "
                               f"directory) or unset")
+        if not isinstance(self.eval_lengths, (list, tuple)):
+            raise ConfigError(f"train.eval_lengths={self.eval_lengths!r} must be a list of sequence lengths")
+        for length in self.eval_lengths:
+            check_number("train.eval_lengths[]", length, low=1, integer=True)
+        if len(set(self.eval_lengths)) != len(self.eval_lengths):
+            raise ConfigError(f"train.eval_lengths={list(self.eval_lengths)!r} repeats a length")
         if self.stop_at is not None:
             StopRule.parse(self.stop_at)  # a bad rule is a one-line ConfigError here, before any training
         if self.min_lr > self.lr:

@@ -21,6 +21,8 @@ A hook writes keys under its own ``prefixes`` (they also go to TensorBoard as sc
   cell of the task's sweep (a cluster size m, and for hijack-v2 the cluster's kind), the accuracy at the hijack
   query and the attention mass of the retrieval head on the unique binding and on the cluster,
   ``hijack/<cell>/<stat>``.
+* :class:`LengthHook` (``train.eval_lengths`` on a task): at every evaluation, the task at each longer sequence
+  length L, its other parameters unchanged, ``length/<L>/accuracy`` (length extrapolation).
 
 A study adds its own by passing ``hooks=[MyHook()]`` to :func:`attnlab.train.train`; they run after the defaults.
 """
@@ -29,14 +31,16 @@ from __future__ import annotations
 
 from torch import nn
 
+from ..errors import ConfigError
+
 from ..analysis.rank import rank_metrics
-from ..analysis.task_mass import attention_mass
+from ..analysis.task_mass import at_length, attention_mass, task_accuracy
 from ..data.task_source import task_name
 from ..tasks import get_task
 from ..mechanisms.magnitude.module import magnitude_gates, magnitude_log, record_magnitude_stats
 from ..mechanisms.heads.module import moh_log, moh_routers
 
-__all__ = ["TrainHook", "MagnitudeGateHook", "MoHHook", "RankHook", "HijackSweepHook", "default_hooks"]
+__all__ = ["TrainHook", "MagnitudeGateHook", "MoHHook", "RankHook", "HijackSweepHook", "LengthHook", "default_hooks"]
 
 
 class TrainHook:
@@ -125,14 +129,54 @@ class HijackSweepHook(TrainHook):
         return row
 
 
+class LengthHook(TrainHook):
+    """Length extrapolation: a model trained on sequences of the task's seq_len T, evaluated at longer lengths.
+
+    For each L of ``lengths``, the task with ``seq_len = L`` and every other parameter unchanged (for mqar: the same
+    pairs and queries in a longer stream, so the extra tokens are filler the queries must look past), on ``n`` fixed
+    sequences (numpy seed ``[seed, L]``, the same for every run and evaluation), read by a copy of the model that
+    takes L tokens (:func:`attnlab.analysis.task_mass.at_length`: the same parameters, positions recomputed):
+
+        length/<L>/accuracy   exact match over every answer position
+    """
+
+    prefixes = ("length/",)
+
+    def __init__(self, task, lengths, n: int = 512, seed: int = 13):
+        self.n, self.seed = n, seed
+        self.cells = {}
+        for length in lengths:
+            if length <= task.seq_len:
+                raise ConfigError(f"train.eval_lengths has {length}; each length must exceed the task's "
+                                  f"seq_len={task.seq_len} (the training length is evaluated anyway)")
+            longer = task.replace(seq_len=length)  # a length the task's parameters do not fit: its one-line error
+            if longer.vocab_size != task.vocab_size:
+                raise ConfigError(f"task {task.name!r} at seq_len={length} has {longer.vocab_size} tokens, not the "
+                                  f"{task.vocab_size} it was trained with; it cannot be evaluated at that length")
+            self.cells[length] = longer
+
+    def eval_stats(self, model: nn.Module) -> dict[str, float]:
+        return {f"length/{length}/accuracy": task_accuracy(at_length(model, length), task, n=self.n,
+                                                            seed=[self.seed, length])
+                for length, task in self.cells.items()}
+
+
 def default_hooks(cfg, model: nn.Module) -> list[TrainHook]:
     """The hooks a run of ``cfg`` (a RunConfig) logs with: the gate hook when ``model`` has magnitude gates, the
     MoH hook when it has MoH routers, the rank hook when ``train.track_rank``, the hijack sweep on a task that defines
-    one (``task.sweep``: hijack, hijack-v2)."""
+    one (``task.sweep``: hijack, hijack-v2), the length hook when ``train.eval_lengths``."""
     hooks: list[TrainHook] = [MagnitudeGateHook()] if magnitude_gates(model) else []
     hooks += [MoHHook()] if moh_routers(model) else []
     name = task_name(cfg.data.source)
     task = None if name is None else get_task(name, cfg.data.task or {})
     if hasattr(task, "sweep"):  # the hijack tasks
         hooks.append(HijackSweepHook(task))
+    if cfg.train.eval_lengths:
+        if task is None:
+            raise ConfigError(f"train.eval_lengths={list(cfg.train.eval_lengths)!r} evaluates a task at other "
+                              f"lengths; data.source={cfg.data.source!r} is not a task (use data.source=task:NAME)")
+        if cfg.model.pos_encoding == "learned":
+            raise ConfigError("train.eval_lengths needs positions that extend beyond the training length; "
+                              "model.pos_encoding='learned' has none (use rope, sinusoidal or none)")
+        hooks.append(LengthHook(task, cfg.train.eval_lengths))
     return hooks + ([RankHook()] if cfg.train.track_rank else [])
