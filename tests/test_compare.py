@@ -16,7 +16,7 @@ import pytest
 import scipy.stats
 from statsmodels.stats.multitest import multipletests
 
-from attnlab.configio import load_config, load_toml, save_toml
+from attnlab.configio import apply_overrides, load_config, load_toml, save_toml
 from attnlab.errors import ConfigError
 from attnlab.experiments import compare, describe, run_config, run_dir, welch_ttest, write_report
 from attnlab.experiments.compare import check_or_write_spec, spec_dict
@@ -720,6 +720,49 @@ def test_report_hijack_sweep_from_planted_metrics(tmp_path):
     assert (tmp_path / "hijack_accuracy.png").stat().st_size > 0 and (tmp_path / "hijack_mass.png").exists()
     results = json.loads((tmp_path / "results.json").read_text())["hijack"]
     assert results["ms"] == ms and results["variants"][1]["m"]["16"]["cluster"]["mean"] == pytest.approx(0.16)
+
+
+def test_report_length_extrapolation_from_planted_metrics(tmp_path):
+    """Runs that logged length/<L>/accuracy (LengthHook) get the table of accuracy against the length: the training
+    length's column is the validation accuracy, the others the last evaluation's; paired differences against the
+    baseline checked against scipy's paired t-test and statsmodels' Holm over every (variant, length) test."""
+    variants, lengths, seeds = ["standard", "ssmax"], [64, 128], [0, 1, 2]
+    acc = {("standard", 32): [1.0, 0.99, 1.0], ("standard", 64): [0.6, 0.5, 0.7], ("standard", 128): [0.3, 0.2, 0.35],
+           ("ssmax", 32): [0.99, 1.0, 1.0], ("ssmax", 64): [0.9, 0.7, 0.85], ("ssmax", 128): [0.6, 0.5, 0.4]}
+    base = apply_overrides(tiny(), ["data.source=task:mqar", "data.task.seq_len=32"])
+    check_or_write_spec(tmp_path, spec_dict(base, variants, seeds))
+    for v in variants:
+        for i, s in enumerate(seeds):
+            path = run_dir(tmp_path, v, s)
+            plant_run(path, base.replace(model=base.model.replace(attention=v), train=base.train.replace(seed=s)),
+                      "finished", 0.1, accuracy=acc[v, 32][i])
+            rows = [{"step": 29, **{f"length/{n}/accuracy": 0.0 for n in lengths}},  # superseded
+                    {"step": 30, **{f"length/{n}/accuracy": acc[v, n][i] for n in lengths}}]
+            with open(path / "metrics.jsonl", "a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in rows)
+    text = write_report(tmp_path).read_text()
+    section = text[text.index("## Length extrapolation: accuracy"):]
+    table = section[section.index("| variant"):].split("\n\n")[0].splitlines()
+    assert table[0] == "| variant | seeds | T = 32 | L = 64 | L = 128 |"
+    rows = {c[0]: c[1:] for c in ([x.strip() for x in line.strip("|").split("|")] for line in table[2:])}
+    pct = lambda xs: f"{100 * statistics.mean(xs):.1f} ± {100 * statistics.stdev(xs):.1f}"
+    assert rows["standard"] == ["3", *(pct(acc["standard", n]) for n in (32, 64, 128))]
+    tests = [scipy.stats.ttest_rel(acc["ssmax", n], acc["standard", n]).pvalue for n in (32, 64, 128)]
+    adjusted = multipletests(tests, method="holm")[1]
+    for n, p, h, cell in zip((32, 64, 128), tests, adjusted, rows["ssmax"][1:]):
+        diff = 100 * statistics.mean(a - b for a, b in zip(acc["ssmax", n], acc["standard", n]))
+        assert cell == f"{pct(acc['ssmax', n])} ({diff:+.1f}; p {p:.2g}; Holm {h:.2g})"
+    assert (tmp_path / "length_accuracy.png").stat().st_size > 0 and "length_accuracy.png" in text
+    results = json.loads((tmp_path / "results.json").read_text())["length"]
+    assert results["train_length"] == 32 and results["lengths"] == lengths
+
+
+def test_a_report_without_length_metrics_has_no_length_section(tmp_path):
+    plant_hijack(tmp_path, ["standard", "mqa"], [0], {(v, 0): [1.0, 0.9, 0.8] for v in ("standard", "mqa")})
+    (tmp_path / "length_accuracy.png").write_bytes(b"stale")
+    text = write_report(tmp_path).read_text()
+    assert "Length extrapolation" not in text and not (tmp_path / "length_accuracy.png").exists()
+    assert "length" not in json.loads((tmp_path / "results.json").read_text())
 
 
 def test_hijack_summary_joins_the_parts_with_one_baseline_and_each_parts_speed_ratio(tmp_path):

@@ -43,11 +43,12 @@ DELTA_CURVES_FILE = "loss_delta.png"  # each variant's loss minus the baseline's
 ACCURACY_CURVES_FILE = "accuracy_curves.png"  # runs that logged val_accuracy (a task): accuracy against steps
 HIJACK_ACCURACY_FILE = "hijack_accuracy.png"  # a comparison on task:hijack: accuracy against the cluster size m
 HIJACK_MASS_FILE = "hijack_mass.png"  # and the retrieval head's attention mass against m
+LENGTH_ACCURACY_FILE = "length_accuracy.png"  # runs with train.eval_lengths: accuracy against the sequence length
 
 __all__ = [
     "CONFIG_FILE", "TOKENIZER_FILE", "METRICS_FILE", "SUMMARY_FILE", "SAMPLES_FILE", "PLOT_FILE", "CHECKPOINT_DIR",
     "RUN_MARKERS", "SHIPPED_RUN_FILES", "SHIPPED_RUN_GLOBS", "DONE_STATUSES", "COMPARE_SPEC_FILE", "SWEEP_SPEC_FILE", "LOGS_DIR", "REPORT_FILE",
-    "RESULTS_FILE", "CURVES_FILE", "ACCURACY_CURVES_FILE", "HIJACK_ACCURACY_FILE", "HIJACK_MASS_FILE",
+    "RESULTS_FILE", "CURVES_FILE", "ACCURACY_CURVES_FILE", "HIJACK_ACCURACY_FILE", "HIJACK_MASS_FILE", "LENGTH_ACCURACY_FILE",
     "comparison_run_dir", "sweep_run_dir", "read_metrics", "read_summary",
 ]
 

@@ -26,24 +26,14 @@ from ..rundir import comparison_run_dir as run_dir
 from . import hijack_report, plots
 from .figures import inputs_key
 from .hijack_report import ACCURACY_FILE, MASS_FILE, hijack_results, hijack_tables, plot_hijack
+from .length_report import length_plot_link, length_results, length_table, plot_lengths
 from .plots import plot_accuracy_curves, plot_loss_curves, plot_loss_deltas
 from .stats import curve_summary, describe, welch_ttest
 from .stats import mean_std_text as _mean_std
 from .verdict import convergence_results, convergence_table, not_converged_note, primary_results, primary_table
 
-__all__ = [
-    "RunRecord",
-    "collect_runs",
-    "compute_results",
-    "export_comparison",
-    "load_curve",
-    "plot_accuracy_curves",
-    "plot_loss_curves",
-    "read_results",
-    "render_markdown",
-    "results_tables",
-    "write_report",
-]
+__all__ = ["RunRecord", "collect_runs", "compute_results", "export_comparison", "load_curve", "plot_accuracy_curves",
+           "plot_loss_curves", "read_results", "render_markdown", "results_tables", "write_report"]
 
 
 # ------------------------------------------------------------------------------------------------ reading runs
@@ -129,14 +119,14 @@ def diagnostics_of(row: dict) -> dict:
     ``pseudo_rank/<w>/mean`` and ``participation_ratio/<w>/mean`` (means over layers, logged at evaluations by
     ``train.track_rank``) are kept as they are; the magnitude gates' ``mag/L<i>/<stat>`` become ``mag/<stat>``:
     the mean over layers of t, |X|/N and the mean gate, the largest solve residual and jitter, the smallest mu_min
-    and the largest mu_max.
+    and the largest mu_max; the hijack sweep's ``hijack/...`` and length extrapolation's ``length/...`` as they are.
     """
     out, per_layer = {}, {}
     for key, value in row.items():
         if not _finite(value):
             continue
         parts = key.split("/")
-        if (parts[0] in RANK_STATS and parts[-1] == "mean") or parts[0] == "hijack":
+        if (parts[0] in RANK_STATS and parts[-1] == "mean") or parts[0] in ("hijack", "length"):
             out[key] = float(value)
         elif len(parts) == 3 and parts[0] == "mag" and parts[1].startswith("L") and parts[2] in _MAG_REDUCE:
             per_layer.setdefault(parts[2], []).append(float(value))
@@ -287,10 +277,11 @@ def compute_results(spec: dict, records: list[RunRecord]) -> dict:
             "runs": [_run_row(r) for r in rs],
         })
     primary = spec.get("primary")
+    length = length_results(records, variants, spec)
     return {"baseline": baseline, "settings": _settings(spec), "variants": rows, "base_config": spec["base"],
             "convergence": convergence_results(records, variants),
             "primary": primary_results(records, variants, primary) if primary else None,
-            "hijack": hijack_results(records, variants)}
+            "hijack": hijack_results(records, variants), **({"length": length} if length else {})}
 
 
 # ----------------------------------------------------------------------------------------------------- markdown
@@ -497,6 +488,7 @@ def results_tables(results: dict, heading: str = "##") -> str:
     during training, weight and gate diagnostics, under ``heading``-level titles (the docs quote them for the shipped
     comparisons in ``results/``)."""
     hijack = hijack_tables(results["hijack"], heading) if results.get("hijack") else []
+    hijack += length_table(results["length"], heading) if results.get("length") else []
     verdict = [*(primary_table(results["primary"], heading) if results.get("primary") else []),
                *(convergence_table(results["convergence"], heading) if results.get("convergence") else [])]
     return "\n".join([*verdict, *_table(results), "", *_accuracy_table(results, heading), *hijack,
@@ -528,6 +520,7 @@ def render_markdown(results: dict, curves_file: str | None = CURVES_FILE,
     if results.get("hijack"):
         parts += ["", "## Hijack sweep plots", "", f"![accuracy at the hijack query against m]({ACCURACY_FILE})", "",
                   f"![retrieval head's mass on the unique binding and the cluster against m]({MASS_FILE})"]
+    parts += length_plot_link(results.get("length"))
     return "\n".join(parts) + "\n"
 
 
@@ -598,6 +591,7 @@ def write_report(out_dir) -> Path:
         (out_dir / name).unlink(missing_ok=True)  # a stale plot would contradict the report
     if results.get("hijack"):
         plot_hijack(results["hijack"], out_dir, key)
+    plot_lengths(results.get("length"), out_dir)
     report = out_dir / REPORT_FILE
     write_text(report, render_markdown(results, *(drawn[name].name if drawn[name] else None
                                                   for name in (CURVES_FILE, ACCURACY_CURVES_FILE, DELTA_CURVES_FILE))))
