@@ -15,7 +15,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..switches import BACKENDS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa  # noqa: F401  (their home)
+from ..switches import BACKENDS, CAUSAL_NORMALIZERS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa  # noqa: F401 (home)
+from ..mechanisms.softpick.functional import softpick
+from ..mechanisms.stick_breaking.functional import stick_breaking
 from .masks import causal_keep, mask_renormalize_softmax
 from .scores import default_scale, dot_logits, rbf_augment, rbf_logits
 
@@ -68,7 +70,12 @@ def attention(
 
     kernel: "dot" (z = q.k scale / T) or "rbf" (z = -||q - k||^2 scale / (2T)).
     normalizer: "softmax" (p = softmax(z)) or "none" (p = the raw similarity: z for "dot", exp(z) for "rbf";
-        causal masking then just zeroes the weights of future keys, as there is no normalisation to mask inside).
+        causal masking then just zeroes the weights of future keys, as there is no normalisation to mask inside),
+        "softpick" (p = ReLU(e^z - 1) / sum |e^z - 1| over the keys seen, rows may sum to less than 1;
+        attnlab.mechanisms.softpick) or "stickbreaking" (causal only: each earlier key, nearest first, takes
+        sigmoid(z) of the stick left, and the remainder goes to the query's own value;
+        attnlab.mechanisms.stick_breaking).
+        mask_form and a float attn_mask or logit_prior apply to softmax only.
     mask_form: "additive" (-inf inside the softmax) or "renormalize" (Mask(softmax(z)) of the masking write-up).
     dropout_p: dropout on the weights (pass 0 at evaluation).
     value_gate: optional [B, H or Hkv, T, S] gate g_ij on value j as seen by query i: o_i = sum_j p_ij g_ij v_j
@@ -96,6 +103,9 @@ def attention(
         raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({h_kv})")
     if causal and s < t:
         raise ValueError(f"causal attention needs at least as many keys as queries, got {t} queries and {s} keys")
+    if normalizer in CAUSAL_NORMALIZERS and not causal:
+        raise ValueError(f"normalizer={normalizer!r} needs causal=True (it breaks a stick over the keys before the "
+                         f"query)")
     scale = default_scale(d) if scale is None else scale
 
     if value_gate is not None and (value_gate.shape[-2:] != (t, s) or h % value_gate.shape[1]):
@@ -157,6 +167,10 @@ def attention(
             if keep is not None:
                 logits = logits.masked_fill(~keep, float("-inf"))  # z + (-inf) U   (masking write-up, form 1)
             weights = torch.softmax(logits, dim=-1)  # p_ij = exp(z_ij) / sum_k exp(z_ik)
+    elif normalizer == "softpick":  # ReLU(e^z_ij - 1) / sum_k |e^z_ik - 1|   (Zuhri et al. 2025, arXiv:2504.20966)
+        weights = softpick(logits, keep)
+    elif normalizer == "stickbreaking":  # sigmoid(z_ij) prod_{j<k<i} sigmoid(-z_ik)  (Tan et al. 2024, arXiv:2410.17980)
+        weights = stick_breaking(logits, keep)
     else:
         weights = logits if kernel == "dot" else logits.exp()  # raw correlation / raw RBF kernel (Boneless write-up)
         if keep is not None:
