@@ -43,7 +43,7 @@ def test_attention_equals_the_reference(causal, t, s):
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 4, t, 8, dtype=torch.float64) * 1.5, torch.randn(2, 2, s, 8, dtype=torch.float64), \
         torch.randn(2, 2, s, 5, dtype=torch.float64)
-    out, weights = attention(q, k, v, causal=causal, normalizer="softpick", return_weights=True)
+    out, weights = attention(q, k, v, causal=causal, normalizer=softpick, return_weights=True)
     z = q @ k.repeat_interleave(2, 1).transpose(-1, -2) / math.sqrt(8)
     expected = softpick_weights(z, causal=causal)
     torch.testing.assert_close(weights, expected, rtol=1e-12, atol=1e-14)
@@ -57,8 +57,8 @@ def test_a_hidden_key_is_in_neither_sum():
     q, k, v = (torch.randn(1, 2, 5, 4, dtype=torch.float64) * 2 for _ in range(3))
     seen = torch.ones(5, dtype=torch.bool)
     seen[2] = False
-    masked = attention(q, k, v, normalizer="softpick", attn_mask=seen)
-    dropped = attention(q, k[:, :, seen], v[:, :, seen], normalizer="softpick")
+    masked = attention(q, k, v, normalizer=softpick, attn_mask=seen)
+    dropped = attention(q, k[:, :, seen], v[:, :, seen], normalizer=softpick)
     torch.testing.assert_close(masked, dropped, rtol=1e-13, atol=1e-14)
 
 
@@ -90,9 +90,9 @@ def test_gradients():
     q = (torch.randn(1, 2, 4, 3, dtype=torch.float64) * 2).requires_grad_()
     k = torch.randn(1, 1, 4, 3, dtype=torch.float64, requires_grad=True)
     v = torch.randn(1, 1, 4, 3, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda a, b, c: attention(a, b, c, causal=True, normalizer="softpick"), (q, k, v))
+    assert torch.autograd.gradcheck(lambda a, b, c: attention(a, b, c, causal=True, normalizer=softpick), (q, k, v))
     g = torch.randn(1, 2, 4, 3, dtype=torch.float64)
-    ours = torch.autograd.grad((attention(q, k, v, causal=True, normalizer="softpick") * g).sum(), (q, k, v))
+    ours = torch.autograd.grad((attention(q, k, v, causal=True, normalizer=softpick) * g).sum(), (q, k, v))
     kk, vv = k.expand(1, 2, 4, 3), v.expand(1, 2, 4, 3)
     ref = softpick_weights(q @ kk.transpose(-1, -2) / math.sqrt(3), causal=True) @ vv
     theirs = torch.autograd.grad((ref * g).sum(), (q, k, v))
@@ -111,7 +111,7 @@ def test_extreme_logits_and_near_duplicate_keys_stay_finite_in_float32(sign):
     k[..., 0] = sign if sign else torch.tensor([1.0, -1.0] * (t // 2))
     k = (k + 1e-6 * torch.randn(1, 1, t, 4)).requires_grad_()
     q, v = q.requires_grad_(), torch.randn(1, 1, t, 4, requires_grad=True)
-    out, weights = attention(q, k, v, causal=True, scale=1.0, normalizer="softpick", return_weights=True)
+    out, weights = attention(q, k, v, causal=True, scale=1.0, normalizer=softpick, return_weights=True)
     out.sum().backward()
     assert all(torch.isfinite(x).all() for x in (out, weights, q.grad, k.grad, v.grad))
     if sign < 0:
@@ -123,7 +123,7 @@ def test_the_first_query_sees_one_key():
     v = torch.randn(1, 1, 3, 2, dtype=torch.float64)
     for z in (2.0, -1.0):
         q, k = torch.full((1, 1, 3, 1), z, dtype=torch.float64), torch.ones(1, 1, 3, 1, dtype=torch.float64)
-        _, weights = attention(q, k, v, causal=True, scale=1.0, normalizer="softpick", return_weights=True)
+        _, weights = attention(q, k, v, causal=True, scale=1.0, normalizer=softpick, return_weights=True)
         grown = math.exp(z) - 1
         expected = max(grown, 0.0) / (abs(grown) + EPS * math.exp(max(z, 0.0)))
         assert weights[0, 0, 0, 0].item() == pytest.approx(expected, rel=1e-14)
@@ -135,7 +135,7 @@ def test_explicit_path_cache_and_variant():
     one_line_error(lambda: AttentionConfig(normalizer="softpick", backend="sdpa"), "backend='sdpa' cannot compute",
                    "normalizer='softpick'")
     with pytest.raises(ValueError, match="backend='sdpa' cannot compute a normalizer other than 'softmax'"):
-        attention(*(torch.randn(1, 1, 2, 2) for _ in range(3)), normalizer="softpick", backend="sdpa")
+        attention(*(torch.randn(1, 1, 2, 2) for _ in range(3)), normalizer=softpick, backend="sdpa")
     torch.manual_seed(4)
     model = GPT(GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, attention="softpick")).eval()
     prompt = torch.randint(0, 11, (2, 3))

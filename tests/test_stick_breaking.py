@@ -55,7 +55,7 @@ def test_attention_equals_the_reference(t, s):
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 4, t, 8, dtype=torch.float64) * 1.5, torch.randn(2, 2, s, 8, dtype=torch.float64), \
         torch.randn(2, 2, s, 5, dtype=torch.float64)
-    out, weights = attention(q, k, v, causal=True, normalizer="stickbreaking", return_weights=True)
+    out, weights = attention(q, k, v, causal=True, normalizer=stick_breaking, return_weights=True)
     expected = stick_breaking_weights(q @ k.repeat_interleave(2, 1).transpose(-1, -2) / math.sqrt(8))
     torch.testing.assert_close(weights, expected, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(out, expected @ v.repeat_interleave(2, 1), rtol=1e-12, atol=1e-14)
@@ -68,8 +68,8 @@ def test_a_hidden_key_takes_no_share():
     q, k, v = (torch.randn(1, 2, 5, 4, dtype=torch.float64) * 2 for _ in range(3))
     seen = torch.ones(5, dtype=torch.bool)
     seen[1] = False
-    masked = attention(q, k, v, causal=True, normalizer="stickbreaking", attn_mask=seen)
-    dropped = attention(q[:, :, seen], k[:, :, seen], v[:, :, seen], causal=True, normalizer="stickbreaking")
+    masked = attention(q, k, v, causal=True, normalizer=stick_breaking, attn_mask=seen)
+    dropped = attention(q[:, :, seen], k[:, :, seen], v[:, :, seen], causal=True, normalizer=stick_breaking)
     torch.testing.assert_close(masked[:, :, seen], dropped, rtol=1e-13, atol=1e-14)
 
 
@@ -95,7 +95,7 @@ def test_gradients():
     q = (torch.randn(1, 2, 4, 3, dtype=torch.float64) * 2).requires_grad_()
     k = torch.randn(1, 1, 4, 3, dtype=torch.float64, requires_grad=True)
     v = torch.randn(1, 1, 4, 3, dtype=torch.float64, requires_grad=True)
-    fn = lambda a, b, c: attention(a, b, c, causal=True, normalizer="stickbreaking")  # noqa: E731
+    fn = lambda a, b, c: attention(a, b, c, causal=True, normalizer=stick_breaking)  # noqa: E731
     assert torch.autograd.gradcheck(fn, (q, k, v))
     g = torch.randn(1, 2, 4, 3, dtype=torch.float64)
     ours = torch.autograd.grad((fn(q, k, v) * g).sum(), (q, k, v))
@@ -118,7 +118,7 @@ def test_extreme_logits_and_near_duplicate_keys_stay_finite_in_float32(sign):
     k[..., 0] = sign if sign else torch.tensor([1.0, -1.0] * (t // 2))
     k = (k + 1e-6 * torch.randn(1, 1, t, 4)).requires_grad_()
     q, v = q.requires_grad_(), torch.randn(1, 1, t, 4, requires_grad=True)
-    out, weights = attention(q, k, v, causal=True, scale=1.0, normalizer="stickbreaking", return_weights=True)
+    out, weights = attention(q, k, v, causal=True, scale=1.0, normalizer=stick_breaking, return_weights=True)
     out.sum().backward()
     assert all(torch.isfinite(x).all() for x in (out, weights, q.grad, k.grad, v.grad))
     torch.testing.assert_close(weights.sum(-1), torch.ones(1, 1, t), rtol=0, atol=1e-6)
@@ -139,7 +139,7 @@ def test_a_long_row_in_float32_matches_the_closed_form():
 def test_the_first_query_keeps_its_own_value():
     torch.manual_seed(4)
     q, k, v = (torch.randn(1, 2, 4, 3, dtype=torch.float64) for _ in range(3))
-    out, weights = attention(q, k, v, causal=True, normalizer="stickbreaking", return_weights=True)
+    out, weights = attention(q, k, v, causal=True, normalizer=stick_breaking, return_weights=True)
     assert weights[0, :, 0].tolist() == [[1.0, 0.0, 0.0, 0.0]] * 2 and torch.equal(out[:, :, 0], v[:, :, 0])
     assert own_position(2, 4).nonzero().tolist() == [[0, 2], [1, 3]]  # after 2 cached keys
 
@@ -154,8 +154,11 @@ def test_explicit_path_cache_and_variant():
     assert torch.equal(model.generate(prompt, 9, temperature=0.0, use_cache=True),
                        model.generate(prompt, 9, temperature=0.0, use_cache=False))
     assert family("stick-breaking") == "dilution"
-    with pytest.raises(ValueError, match="normalizer='stickbreaking' needs causal=True"):
-        attention(*(torch.randn(1, 1, 2, 2) for _ in range(3)), normalizer="stickbreaking")
+    q, k, v = (torch.randn(1, 1, 4, 2, dtype=torch.float64) for _ in range(3))
+    torch.testing.assert_close(attention(q, k, v, normalizer=stick_breaking),  # causal by construction
+                               attention(q, k, v, causal=True, normalizer=stick_breaking), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="normalizer='stickbreaking': attention.. computes softmax and none itself"):
+        attention(q, k, v, causal=True, normalizer="stickbreaking")
 
 
 @pytest.mark.parametrize("bad, patterns", [

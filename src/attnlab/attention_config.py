@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from .configio import from_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
-from .switches import BACKENDS, CAUSAL_NORMALIZERS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa
+from .switches import BACKENDS, CAUSAL_NORMALIZERS, KERNELS, MASK_FORMS, MECHANISM_NORMALIZERS, NORMALIZERS, uses_sdpa
 from .mechanisms.heads.config import FLAT_NAMES as HEAD_FLAT_NAMES
 from .mechanisms.heads.config import HeadMixConfig
 from .mechanisms.heads.config import fold_flat as fold_heads
@@ -145,7 +145,7 @@ class AttentionConfig:
         """softpick and stickbreaking: on dot-product logits (rbf logits are <= 0, where softpick gives 0 everywhere
         and stick-breaking's break points sigmoid(z) stay <= 1/2), with the additive mask (renormalising after the
         normaliser would force rows to sum to 1); stickbreaking is causal only (the stick spans the earlier keys)."""
-        if self.normalizer not in ("softpick", "stickbreaking"):
+        if self.normalizer not in MECHANISM_NORMALIZERS:
             return
         where = f"attention.normalizer={self.normalizer!r}"
         if self.kernel != "dot":

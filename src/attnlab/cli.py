@@ -226,13 +226,13 @@ def cmd_consensus(args) -> int:
 
     from .analysis.consensus import consensus, plot_cluster_counts, raw_correlation_growth, save_frames
     from .errors import check_choice, check_number
-    from .switches import CAUSAL_NORMALIZERS, NORMALIZERS
+    from .switches import BUILTIN_NORMALIZERS
 
     for name in ("points", "steps", "frame_every"):
         check_number(f"--{name.replace('_', '-')}", getattr(args, name), low=1, integer=True)
     check_number("--dim", args.dim, low=2, integer=True)
     check_number("--step-size", args.step_size, low=0.0, low_open=True)
-    check_choice("--normalizer", args.normalizer, tuple(n for n in NORMALIZERS if n not in CAUSAL_NORMALIZERS))
+    check_choice("--normalizer", args.normalizer, BUILTIN_NORMALIZERS)
     x = torch.randn(args.points, args.dim, generator=torch.Generator().manual_seed(args.seed), dtype=torch.float64)
     res = consensus(x, args.steps, args.step_size, args.scale, qk_norm=not args.no_qk_norm,
                     normalizer=args.normalizer, radius=args.radius)
@@ -475,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--step-size", type=float, default=0.5, help="s in x <- (1 - s) x + s attn(x) (default 0.5)")
     p.add_argument("--scale", type=float, default=10.0, help="g: logits g cos(x_i, x_j) (default 10)")
-    p.add_argument("--normalizer", default="softmax", help="softmax, none (raw correlation) or softpick")
+    p.add_argument("--normalizer", default="softmax", help="softmax or none (raw correlation)")
     p.add_argument("--no-qk-norm", action="store_true", help="logits g x_i.x_j instead of g cos(x_i, x_j)")
     p.add_argument("--radius", type=float, default=0.01, help="cluster radius, times the initial spread")
     p.add_argument("--seed", type=int, default=0)

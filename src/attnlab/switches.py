@@ -5,7 +5,9 @@ outside attnlab.functional, whose package imports torch."""
 from __future__ import annotations
 
 KERNELS = ("dot", "rbf")  # attnlab.functional.scores: dot_logits, rbf_logits
-NORMALIZERS = ("softmax", "none", "softpick", "stickbreaking")  # attnlab.mechanisms.softpick, .stick_breaking
+BUILTIN_NORMALIZERS = ("softmax", "none")  # computed by attnlab.functional.attention itself
+MECHANISM_NORMALIZERS = ("softpick", "stickbreaking")  # attnlab.mechanisms.normalizers: a function the layer passes
+NORMALIZERS = BUILTIN_NORMALIZERS + MECHANISM_NORMALIZERS
 CAUSAL_NORMALIZERS = ("stickbreaking",)  # the stick is broken over the keys before the query: causal attention only
 MASK_FORMS = ("additive", "renormalize")  # the masking write-up's two forms (attnlab.functional.masks)
 BACKENDS = ("auto", "sdpa", "explicit")

@@ -44,6 +44,7 @@ def family(variant: str) -> str:
     ``projections`` (any projection switch), ``heads`` (a head mix), else ``softmax``; ``other`` for a name the
     registry does not know."""
     from ..registry import variant_info, variants
+    from ..switches import MECHANISM_NORMALIZERS
 
     if variant not in variants():
         return "other"
@@ -52,7 +53,7 @@ def family(variant: str) -> str:
         return "magnitude"
     if cfg.count_prior or cfg.temperature != base.temperature:
         return "controls"
-    if cfg.ssmax or cfg.normalizer in ("softpick", "stickbreaking"):
+    if cfg.ssmax or cfg.normalizer in MECHANISM_NORMALIZERS:
         return "dilution"
     if cfg.projections != base.projections:
         return "projections"
