@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from .configio import from_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
-from .switches import BACKENDS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa
+from .switches import BACKENDS, CAUSAL_NORMALIZERS, KERNELS, MASK_FORMS, MECHANISM_NORMALIZERS, NORMALIZERS, uses_sdpa
 from .mechanisms.heads.config import FLAT_NAMES as HEAD_FLAT_NAMES
 from .mechanisms.heads.config import HeadMixConfig
 from .mechanisms.heads.config import fold_flat as fold_heads
@@ -51,7 +51,7 @@ class AttentionConfig:
     kernel: str = "dot"
     """`"dot"`: logits q.k s/T; `"rbf"`: logits -s ||q-k||^2/(2T), the Gaussian kernel with sigma^2 = T/s = T sqrt(d) (softmax write-up)."""
     normalizer: str = "softmax"
-    """`"softmax"`: rows sum to 1; `"none"`: raw similarity weights, z for dot and exp(z) for rbf (Boneless write-up)."""
+    """`"softmax"`: rows sum to 1; `"none"`: raw similarity weights, z for dot and exp(z) for rbf (Boneless write-up); `"softpick"`: ReLU(e^z - 1) / sum |e^z - 1|, rows sum to at most 1 (Zuhri et al. 2025, arXiv:2504.20966; attnlab.mechanisms.softpick); `"stickbreaking"`: each earlier key, nearest first, takes sigmoid(z) of what the nearer keys left, the rest on the query's own value (Tan et al. 2024, arXiv:2410.17980; attnlab.mechanisms.stick_breaking; causal only). softpick and stickbreaking need dot-product logits and the additive mask form; a logit prior (magnitude logits, count prior), SSMax and a float mask are softmax-only."""
     temperature: float = 1.0
     """T in softmax(z/T), any value > 0 (softmax write-up)."""
     scale: float | None = None
@@ -97,6 +97,7 @@ class AttentionConfig:
             raise ConfigError(f"attention.causal={self.causal!r} must be true or false")
         check_choice("attention.mask_form", self.mask_form, MASK_FORMS)
         check_choice("attention.backend", self.backend, BACKENDS)
+        self._check_normalizer()
         self._check_magnitude()
         self._check_projections()
         self._check_heads()
@@ -139,6 +140,22 @@ class AttentionConfig:
             raise ConfigError(f"attention.{field}={value!r} must be {allowed}a {cls.__name__} table")
         object.__setattr__(self, field, value)
         return value
+
+    def _check_normalizer(self) -> None:
+        """softpick and stickbreaking: on dot-product logits (rbf logits are <= 0, where softpick gives 0 everywhere
+        and stick-breaking's break points sigmoid(z) stay <= 1/2), with the additive mask (renormalising after the
+        normaliser would force rows to sum to 1); stickbreaking is causal only (the stick spans the earlier keys)."""
+        if self.normalizer not in MECHANISM_NORMALIZERS:
+            return
+        where = f"attention.normalizer={self.normalizer!r}"
+        if self.kernel != "dot":
+            raise ConfigError(f"{where} needs kernel='dot' (rbf logits are <= 0); got kernel={self.kernel!r}")
+        if self.mask_form != "additive":
+            raise ConfigError(f"{where} needs mask_form='additive' (renormalising would force rows to sum to 1); "
+                              f"got mask_form={self.mask_form!r}")
+        if self.normalizer in CAUSAL_NORMALIZERS and not self.causal:
+            raise ConfigError(f"{where} needs causal=true (the stick is broken over the keys before each query); "
+                              f"got causal={self.causal}")
 
     def _check_magnitude(self) -> None:
         """The magnitude table (its own rules are MagnitudeConfig's) and what it needs of the rest of the layer."""

@@ -226,13 +226,13 @@ def cmd_consensus(args) -> int:
 
     from .analysis.consensus import consensus, plot_cluster_counts, raw_correlation_growth, save_frames
     from .errors import check_choice, check_number
-    from .switches import NORMALIZERS
+    from .switches import BUILTIN_NORMALIZERS
 
     for name in ("points", "steps", "frame_every"):
         check_number(f"--{name.replace('_', '-')}", getattr(args, name), low=1, integer=True)
     check_number("--dim", args.dim, low=2, integer=True)
     check_number("--step-size", args.step_size, low=0.0, low_open=True)
-    check_choice("--normalizer", args.normalizer, NORMALIZERS)
+    check_choice("--normalizer", args.normalizer, BUILTIN_NORMALIZERS)
     x = torch.randn(args.points, args.dim, generator=torch.Generator().manual_seed(args.seed), dtype=torch.float64)
     res = consensus(x, args.steps, args.step_size, args.scale, qk_norm=not args.no_qk_norm,
                     normalizer=args.normalizer, radius=args.radius)

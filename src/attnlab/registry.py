@@ -235,3 +235,20 @@ register(
     ssmax=True,
     notes="the logit scale grows with the context a query sees, so a softmax over a longer prefix does not flatten; "
           "folded into the queries, so it keeps SDPA and the K/V cache.")
+
+register(
+    "softpick", "Softpick: ReLU(e^z_ij - 1) / sum_k |e^z_ik - 1| over the keys query i sees, in place of the softmax; "
+    "rows sum to at most 1, and a query whose logits are all <= 0 attends to nothing",
+    "Zuhri et al. 2025, arXiv:2504.20966; an answer to attention dilution beside the Magnitude Attention write-up's",
+    normalizer="softpick",
+    notes="no mass is forced onto any key, so a crowd of keys with logits <= 0 takes none (no attention sink). The "
+          "paper's shifted form with eps 1e-6 after the shift, as the authors' released kernel adds; explicit path.")
+register(
+    "stick-breaking", "stick-breaking attention: each earlier key, nearest first, takes sigmoid(z_ij) of the stick "
+    "the nearer keys left; the rest of the stick goes to the query's own value",
+    "Tan et al. 2024, arXiv:2410.17980 (the remainder as the authors' released code, shawntan/stickbreaking-attention); "
+    "an answer to attention dilution beside the Magnitude Attention write-up's",
+    normalizer="stickbreaking",
+    notes="a recency order without positional encoding: the paper trains with none (model.pos_encoding=none); the "
+          "variant sets only attention switches, so it runs with the model's positional encoding unless told. Causal "
+          "only; log-space form with a reverse cumulative sum; explicit path, K/V cache exact.")

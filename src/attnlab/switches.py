@@ -5,7 +5,10 @@ outside attnlab.functional, whose package imports torch."""
 from __future__ import annotations
 
 KERNELS = ("dot", "rbf")  # attnlab.functional.scores: dot_logits, rbf_logits
-NORMALIZERS = ("softmax", "none")
+BUILTIN_NORMALIZERS = ("softmax", "none")  # computed by attnlab.functional.attention itself
+MECHANISM_NORMALIZERS = ("softpick", "stickbreaking")  # attnlab.mechanisms.normalizers: a function the layer passes
+NORMALIZERS = BUILTIN_NORMALIZERS + MECHANISM_NORMALIZERS
+CAUSAL_NORMALIZERS = ("stickbreaking",)  # the stick is broken over the keys before the query: causal attention only
 MASK_FORMS = ("additive", "renormalize")  # the masking write-up's two forms (attnlab.functional.masks)
 BACKENDS = ("auto", "sdpa", "explicit")
 
@@ -24,7 +27,8 @@ def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", retur
                  and not value_gate and not head_mix)
     if backend == "sdpa" and not reducible:
         raise ValueError(
-            "backend='sdpa' cannot compute normalizer='none', mask_form='renormalize', a value_gate, heads mixed "
-            "inside the softmax (talking heads, CODA) or return weights; use backend='auto' or 'explicit'"
+            f"backend='sdpa' cannot compute a normalizer other than 'softmax' (got {normalizer!r}), "
+            "mask_form='renormalize', a value_gate, heads mixed inside the softmax (talking heads, CODA) or return "
+            "weights; use backend='auto' or 'explicit'"
         )
     return reducible and backend != "explicit"

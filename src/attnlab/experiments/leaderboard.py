@@ -40,9 +40,11 @@ FAMILY_TITLES = {"softmax": "Softmax and its kernels, masks and K/V sharing",
 
 def family(variant: str) -> str:
     """The family of a registered variant: ``magnitude`` (a magnitude table), ``controls`` (the count prior or a
-    fixed temperature), ``dilution`` (another answer to attention dilution: SSMax), ``projections`` (any projection
-    switch), ``heads`` (a head mix), else ``softmax``; ``other`` for a name the registry does not know."""
+    fixed temperature), ``dilution`` (another answer to attention dilution: SSMax, softpick, stick-breaking),
+    ``projections`` (any projection switch), ``heads`` (a head mix), else ``softmax``; ``other`` for a name the
+    registry does not know."""
     from ..registry import variant_info, variants
+    from ..switches import MECHANISM_NORMALIZERS
 
     if variant not in variants():
         return "other"
@@ -51,7 +53,7 @@ def family(variant: str) -> str:
         return "magnitude"
     if cfg.count_prior or cfg.temperature != base.temperature:
         return "controls"
-    if cfg.ssmax:
+    if cfg.ssmax or cfg.normalizer in MECHANISM_NORMALIZERS:
         return "dilution"
     if cfg.projections != base.projections:
         return "projections"

@@ -12,10 +12,12 @@ SDPA (the causal -inf folded into the same mask).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 
-from ..switches import BACKENDS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa  # noqa: F401  (their home)
+from ..switches import BACKENDS, BUILTIN_NORMALIZERS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa  # noqa: F401
 from .masks import causal_keep, mask_renormalize_softmax
 from .scores import default_scale, dot_logits, rbf_augment, rbf_logits
 
@@ -53,7 +55,7 @@ def attention(
     scale: float | None = None,
     temperature: float = 1.0,
     kernel: str = "dot",
-    normalizer: str = "softmax",
+    normalizer: str | Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] = "softmax",
     mask_form: str = "additive",
     dropout_p: float = 0.0,
     return_weights: bool = False,
@@ -68,7 +70,11 @@ def attention(
 
     kernel: "dot" (z = q.k scale / T) or "rbf" (z = -||q - k||^2 scale / (2T)).
     normalizer: "softmax" (p = softmax(z)) or "none" (p = the raw similarity: z for "dot", exp(z) for "rbf";
-        causal masking then just zeroes the weights of future keys, as there is no normalisation to mask inside).
+        causal masking then just zeroes the weights of future keys, as there is no normalisation to mask inside),
+        or a function (z, keep) -> p of the logits [B, H, T, S] and the boolean keys-seen mask (None: all seen) that
+        replaces the softmax on the explicit path: softpick or stick-breaking (attnlab.mechanisms.normalizers maps
+        AttentionConfig's names "softpick" and "stickbreaking" to them; attnlab.nn.Attention passes them).
+        mask_form and a float attn_mask or logit_prior apply to softmax only.
     mask_form: "additive" (-inf inside the softmax) or "renormalize" (Mask(softmax(z)) of the masking write-up).
     dropout_p: dropout on the weights (pass 0 at evaluation).
     value_gate: optional [B, H or Hkv, T, S] gate g_ij on value j as seen by query i: o_i = sum_j p_ij g_ij v_j
@@ -96,6 +102,9 @@ def attention(
         raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({h_kv})")
     if causal and s < t:
         raise ValueError(f"causal attention needs at least as many keys as queries, got {t} queries and {s} keys")
+    if isinstance(normalizer, str) and normalizer not in BUILTIN_NORMALIZERS:
+        raise ValueError(f"normalizer={normalizer!r}: attention() computes {' and '.join(BUILTIN_NORMALIZERS)} "
+                         f"itself; pass the function for the others (attnlab.mechanisms.normalizers.normalizer_fn)")
     scale = default_scale(d) if scale is None else scale
 
     if value_gate is not None and (value_gate.shape[-2:] != (t, s) or h % value_gate.shape[1]):
@@ -157,6 +166,8 @@ def attention(
             if keep is not None:
                 logits = logits.masked_fill(~keep, float("-inf"))  # z + (-inf) U   (masking write-up, form 1)
             weights = torch.softmax(logits, dim=-1)  # p_ij = exp(z_ij) / sum_k exp(z_ik)
+    elif callable(normalizer):
+        weights = normalizer(logits, keep)  # softpick, stick-breaking (attnlab.mechanisms.normalizers)
     else:
         weights = logits if kernel == "dot" else logits.exp()  # raw correlation / raw RBF kernel (Boneless write-up)
         if keep is not None:

@@ -33,6 +33,7 @@ import torch
 from ..attention_config import AttentionConfig
 from ..errors import ConfigError
 from ..functional import attention, qk_normalize
+from ..mechanisms.normalizers import normalizer_fn
 from ..registry import get_variant, variant_info, variants
 
 PREFIX = "attnlab-"
@@ -88,7 +89,8 @@ def attention_function(config: AttentionConfig):
             scale = 1.0
         out = attention(
             query, key, value, causal=bool(causal), scale=scale, temperature=config.temperature,
-            kernel=config.kernel, normalizer=config.normalizer, mask_form=config.mask_form, backend=config.backend,
+            kernel=config.kernel, normalizer=normalizer_fn(config.normalizer), mask_form=config.mask_form,
+            backend=config.backend,
             dropout_p=dropout, attn_mask=attention_mask,
         )
         return out.transpose(1, 2).contiguous(), None  # [B, T, H, dv]; no weights returned

@@ -19,6 +19,7 @@ from ..functional.scores import default_scale, qk_normalize
 from .kv_cache import LayerKV
 from ..mechanisms.heads.module import HeadMLP, MoHRouter, TalkingHeads
 from ..mechanisms.magnitude.module import MagnitudeGate
+from ..mechanisms.normalizers import normalizer_fn
 from ..mechanisms.ssmax.module import ScalableSoftmax
 from ..mechanisms.projections.module import LatentKV, kv_cache_per_token, make_projection, resolve_latent, resolve_rank
 
@@ -220,7 +221,7 @@ class Attention(nn.Module):
             out = attention(
                 q, k, v,
                 causal=cfg.causal, scale=scale, temperature=cfg.temperature, kernel=cfg.kernel,
-                normalizer=cfg.normalizer, mask_form=cfg.mask_form, backend=how.path,
+                normalizer=normalizer_fn(cfg.normalizer), mask_form=cfg.mask_form, backend=how.path,
                 dropout_p=self.attn_dropout if self.training else 0.0, return_weights=return_weights,
                 value_gate=value_gate, logit_prior=logit_prior,
                 head_mix=None if self.talking is None else self.talking(),
