@@ -237,8 +237,8 @@ register(
           "folded into the queries, so it keeps SDPA and the K/V cache.")
 
 register(
-    "gated", "Gated attention: each head's output times an elementwise sigmoid gate of its token, "
-    "o_h * sigmoid(x W_g)_h, before W_o",
+    "gated", "Gated attention: each head's output o_h times an elementwise sigmoid gate of its token, "
+    "sigmoid(x W_g)_h, before W_o",
     "Qiu et al. 2025, arXiv:2505.06708 (the elementwise SDPA-output gate G1); an answer to attention sinks and "
     "dilution beside the Magnitude Attention write-up's",
     output_gate=True,
