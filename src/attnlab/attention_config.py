@@ -76,6 +76,10 @@ class AttentionConfig:
     """The duplicate-count prior: softmax(z_ij - log c_ij), c_ij the copies of token x_j among x_1..x_i, so m identical tokens share one token's mass (attnlab.mechanisms.count_prior.reference; the control for magnitude's logit prior, which does the same on exact duplicates). Reads the token ids: causal softmax in a GPT only; composes with a magnitude logit prior (the two add)."""
     ssmax: bool = False
     """Scalable-Softmax (Nakanishi 2025, arXiv:2501.19399): the logits of a query that sees n keys times s log n (n = its prefix length when causal), s learned per head from 0.43 (attnlab.mechanisms.ssmax). Applied by scaling the queries, so it keeps SDPA; needs softmax over dot-product logits; a logit prior (magnitude, count) is added unscaled."""
+    output_gate: bool = False
+    """Gated attention (Qiu et al. 2025, arXiv:2505.06708, its best form G1): o'_h = o_h * sigmoid(x W_g + b)_h, an elementwise, head-specific sigmoid gate of the layer's input token on each head's attention output, before W_o (attnlab.mechanisms.gated). W_g: n_embd -> n_head * head_dim, initialised and biased like the q projection, as in the authors' code. Reads only the current token, so it keeps SDPA and the K/V cache; composes with every other switch."""
+    sink: bool = False
+    """A learned attention-sink logit per head (GPT-OSS; the sink token of Xiao et al. 2023, arXiv:2309.17453): p_ij = exp(z_ij) / (exp(s_h) + sum_k exp(z_ik)), one extra key with logit s_h (learned, from 0) and a zero value, so a query can put mass on nothing (attnlab.mechanisms.sink). Keeps SDPA (a zero key with s_h in a float mask) and the K/V cache; needs dot-product softmax with the additive mask."""
 
     def __post_init__(self):
         for name in ("n_head", "n_kv_head"):
@@ -113,6 +117,13 @@ class AttentionConfig:
             raise ConfigError(f"attention.ssmax=true scales dot-product logits inside a softmax; got "
                               f"kernel={self.kernel!r}, normalizer={self.normalizer!r} (allowed: kernel='dot', "
                               f"normalizer='softmax')")
+        for name in ("output_gate", "sink"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"attention.{name}={getattr(self, name)!r} must be true or false")
+        if self.sink and not (self.kernel == "dot" and self.normalizer == "softmax" and self.mask_form == "additive"):
+            raise ConfigError(f"attention.sink=true adds a key with logit s_h to a dot-product softmax; got "
+                              f"kernel={self.kernel!r}, normalizer={self.normalizer!r}, mask_form={self.mask_form!r} "
+                              f"(allowed: kernel='dot', normalizer='softmax', mask_form='additive')")
         if self.backend == "sdpa" and route(self.replace(backend="auto")).path != "sdpa":
             extra = ", magnitude form 'prefix' (a per-(i, j) gate)" if _form(self) == "prefix" else ""  # on the values
             extra += f", heads.mix={self.heads.mix!r} (logits mixed across heads)" if self.heads.mix in LOGIT_MIXES \
@@ -292,7 +303,7 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
     returns no weights); :func:`say_route` logs it once.
 
     - "prefix_blocks" for the prefix magnitude form with the low-rank solver inside causal dot-product softmax with
-      the additive mask, no head mixing inside the softmax, no count prior and backend "auto";
+      the additive mask, no head mixing inside the softmax, no count prior, no sink and backend "auto";
     - else "sdpa" whenever the options reduce to softmax(q k' s + mask) v (attnlab.functional.attention.uses_sdpa:
       a per-key magnitude gate on v and any logit prior keep it; the per-(i, j) value gate and logits mixed across
       heads do not) and backend is not "explicit";
@@ -300,7 +311,7 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
     """
     logit_mix = cfg.heads.mix in LOGIT_MIXES
     m = cfg.magnitude
-    blocks = (_form(cfg) == "prefix" and m.solver == LOWRANK and not cfg.count_prior and cfg.causal
+    blocks = (_form(cfg) == "prefix" and m.solver == LOWRANK and not cfg.count_prior and not cfg.sink and cfg.causal
               and cfg.kernel == "dot" and cfg.normalizer == "softmax" and cfg.mask_form == "additive"
               and cfg.backend == "auto" and not logit_mix)
     value_gate = _form(cfg) == "prefix" and m.apply == "values"

@@ -252,3 +252,21 @@ register(
     notes="a recency order without positional encoding: the paper trains with none (model.pos_encoding=none); the "
           "variant sets only attention switches, so it runs with the model's positional encoding unless told. Causal "
           "only; log-space form with a reverse cumulative sum; explicit path, K/V cache exact.")
+
+register(
+    "gated", "Gated attention: each head's output o_h times an elementwise sigmoid gate of its token, "
+    "sigmoid(x W_g)_h, before W_o",
+    "Qiu et al. 2025, arXiv:2505.06708 (the elementwise SDPA-output gate G1); an answer to attention sinks and "
+    "dilution beside the Magnitude Attention write-up's",
+    output_gate=True,
+    notes="a query-dependent gate lets a head output nothing without parking its mass on one key; it reads only the "
+          "current token, so it keeps SDPA and the K/V cache.")
+
+register(
+    "sink", "A learned attention-sink logit per head: p_ij = exp(z_ij) / (exp(s_h) + sum_k exp(z_ik)), one extra "
+    "zero-valued key, s_h learned from 0",
+    "as in GPT-OSS; the sink token of Xiao et al. 2023, arXiv:2309.17453; an answer to attention dilution beside "
+    "the Magnitude Attention write-up's",
+    sink=True,
+    notes="a query can put mass on nothing, so its weights on the real keys sum to less than 1; on SDPA the sink is a "
+          "zero key with s_h in a float mask, so it keeps SDPA (without the is_causal kernel) and the K/V cache.")

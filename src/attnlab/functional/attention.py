@@ -65,6 +65,7 @@ def attention(
     attn_mask: torch.Tensor | None = None,
     head_mix: tuple[torch.Tensor, torch.Tensor] | None = None,
     logit_fn=None,
+    sink: torch.Tensor | None = None,
 ):
     """Attention over q [B, H, T, d], k [B, Hkv, S, d], v [B, Hkv, S, dv]; H must be a multiple of Hkv.
 
@@ -92,6 +93,10 @@ def attention(
         path; the returned weights are the mixed ones, those that multiply v).
     logit_fn: optional z -> z' applied to the kernel's logits [B, H, T, S] before any mask or prior (explicit path;
         e.g. CODA's cascade, attnlab.mechanisms.heads.functional.cascade_logits).
+    sink: optional sink logits s [H] (attnlab.mechanisms.sink): one more key with logit s_h and a zero value that
+        every query sees, p_ij = exp(z_ij) / (exp(s_h) + sum_k exp(z_ik)); dot-product softmax with the additive
+        mask only (the rbf path's logits are exact only up to a per-row constant, which s_h would not share). The
+        returned weights leave the sink's column out (rows sum to < 1).
     causal with more keys than queries (S > T, decoding with a K/V cache): query i sits at position S - T + i and
     sees keys j <= S - T + i (attnlab.functional.masks.causal_keep).
     Returns the output [B, H, T, dv], or (output, weights [B, H, T, S]) when return_weights.
@@ -118,9 +123,15 @@ def attention(
                              f"got {tuple(logit_prior.shape)}")
         logit_prior = repeat_kv(logit_prior, h // logit_prior.shape[1])  # [B, H, S] or [B, H, T, S]
         logit_prior = logit_prior.unsqueeze(-2) if logit_prior.dim() == 3 else logit_prior  # [B, H, 1 or T, S]
+    if sink is not None and (kernel != "dot" or normalizer != "softmax" or (causal and mask_form == "renormalize")
+                             or sink.shape != (h,)):  # rbf: SDPA's logits are shifted per row, which s_h is not
+        raise ValueError(f"sink needs kernel='dot', normalizer='softmax', the additive mask and shape [{h}]; got "
+                         f"kernel={kernel!r}, normalizer={normalizer!r}, mask_form={mask_form!r}, "
+                         f"shape {tuple(sink.shape)}")
     seen, bias = _split_mask(attn_mask, (b, h, t, s), normalizer)  # boolean / additive parts of attn_mask
     bias = logit_prior if bias is None else (bias if logit_prior is None else bias + logit_prior)
-    full = causal and s == t and seen is None and bias is None  # SDPA's is_causal covers the causal mask alone
+    # SDPA's is_causal covers the causal mask alone; a sink needs a float mask (its column holds s_h)
+    full = causal and s == t and seen is None and bias is None and sink is None
     if head_mix is not None and any(m.shape != (h, h) for m in head_mix):
         raise ValueError(f"head_mix must be two [{h}, {h}] matrices, got {[tuple(m.shape) for m in head_mix]}")
     sdpa = uses_sdpa(normalizer=normalizer, causal=causal, mask_form=mask_form, return_weights=return_weights,
@@ -141,6 +152,8 @@ def attention(
         if bias is not None:  # softmax(z + prior + (-inf) U): one float mask [B, H, T, S]
             bias = bias.to(q.dtype)
             mask = bias.expand(*bias.shape[:-2], t, s) if keep is None else torch.where(keep, bias, float("-inf"))
+        if sink is not None:
+            k, v, mask = _sink_key(k, v, mask, sink.to(q.dtype), h, t, s)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=full, dropout_p=dropout_p,
             scale=scale / temperature, **extra
@@ -165,7 +178,11 @@ def attention(
         else:
             if keep is not None:
                 logits = logits.masked_fill(~keep, float("-inf"))  # z + (-inf) U   (masking write-up, form 1)
-            weights = torch.softmax(logits, dim=-1)  # p_ij = exp(z_ij) / sum_k exp(z_ik)
+            if sink is None:
+                weights = torch.softmax(logits, dim=-1)  # p_ij = exp(z_ij) / sum_k exp(z_ik)
+            else:  # p_ij = exp(z_ij) / (exp(s_h) + sum_k exp(z_ik)): softmax over [z_i, s_h], the sink column dropped
+                column = sink.to(logits.dtype).view(1, h, 1, 1).expand(b, h, t, 1)
+                weights = torch.softmax(torch.cat([logits, column], dim=-1), dim=-1)[..., :s]
     elif callable(normalizer):
         weights = normalizer(logits, keep)  # softpick, stick-breaking (attnlab.mechanisms.normalizers)
     else:
@@ -183,6 +200,22 @@ def attention(
     else:
         out = (weights * repeat_kv(value_gate, h // value_gate.shape[1])) @ v  # o_i = sum_j p_ij g_ij v_j (Magnitude Attention write-up)
     return (out, weights) if return_weights else out
+
+
+def _sink_key(k, v, mask, sink, h, t, s):
+    """The sink as one more key on the SDPA path, exactly: a zero key (q . 0 = 0) whose mask entry is s_h gives the
+    logit s_h, and its zero value adds nothing to o_i, so SDPA computes exp(z_ij) / (exp(s_h) + sum_k exp(z_ik)) v_j
+    (attnlab.mechanisms.sink.reference). The float mask [B|1, H, T, S + 1]: ``mask``'s entries (boolean -> 0 or
+    -inf, None -> 0) and s_h in the last column, which every query sees. k, v [B, Hk, S, d] gain a zero row."""
+    k, v = F.pad(k, (0, 0, 0, 1)), F.pad(v, (0, 0, 0, 1))  # key and value S: zeros
+    if mask is None:
+        mask = k.new_zeros(1, 1, t, s)
+    elif mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=k.dtype, device=k.device).masked_fill(~mask, float("-inf"))
+    mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    mask = mask.expand(mask.shape[0], h, t, s)
+    column = sink.view(1, h, 1, 1).expand(mask.shape[0], h, t, 1)  # z_iS = s_h
+    return k, v, torch.cat([mask, column], dim=-1)
 
 
 def _split_mask(attn_mask, shape, normalizer):

@@ -20,6 +20,8 @@ from .kv_cache import LayerKV
 from ..mechanisms.heads.module import HeadMLP, MoHRouter, TalkingHeads
 from ..mechanisms.magnitude.module import MagnitudeGate
 from ..mechanisms.normalizers import normalizer_fn
+from ..mechanisms.gated.module import OutputGate
+from ..mechanisms.sink.module import AttentionSink
 from ..mechanisms.ssmax.module import ScalableSoftmax
 from ..mechanisms.projections.module import LatentKV, kv_cache_per_token, make_projection, resolve_latent, resolve_rank
 
@@ -50,6 +52,8 @@ class Attention(nn.Module):
     Q/K/V may be x itself, identity-initialised or residual (Boneless write-up; attnlab.mechanisms.projections.module), low rank, or K, V
     rebuilt from one latent per token (MLA: attribute kv_latent instead of k_proj, v_proj); out_proj=False drops W_o.
     qk_norm != "off": logits g cos(q_h, k_h) / T (Henry et al. 2020), g a float or the parameter qk_gain.
+    output_gate: each head's output o_h times sigmoid(x W_g)_h before W_o (Qiu et al. 2025, attnlab.mechanisms.gated);
+    sink: one more zero-valued key with a learned logit s_h per head (attnlab.mechanisms.sink).
     heads.mix: "talking" mixes the logits and the weights across heads (Shazeer et al. 2020); "moh" weights head h of
     token t by a router's g_th before W_o, y = concat_h(g_h o_h) W_o (Jin et al. 2024); "coda" makes the logits a
     cascade through the layers (Zheng et al. 2021; attnlab.mechanisms.heads.functional.cascade_logits): ``layer`` (the block's
@@ -97,6 +101,8 @@ class Attention(nn.Module):
         coda = heads.mix == "coda"
         self.head_mlp = HeadMLP(self.n_head) if coda and layer > 0 else None  # f_l; layer 1 has no a^(l-1)
         self.ssmax = ScalableSoftmax(self.n_head) if config.ssmax else None
+        self.output_gate = OutputGate(n_embd, self.n_head, self.head_dim, bias) if config.output_gate else None
+        self.sink = AttentionSink(self.n_head) if config.sink else None
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """[B, T, n * head_dim] -> [B, n, T, head_dim]."""
@@ -225,10 +231,12 @@ class Attention(nn.Module):
                 dropout_p=self.attn_dropout if self.training else 0.0, return_weights=return_weights,
                 value_gate=value_gate, logit_prior=logit_prior,
                 head_mix=None if self.talking is None else self.talking(),
-                logit_fn=logit_fn,
+                logit_fn=logit_fn, sink=None if self.sink is None else self.sink.logit,
             )
         out, weights = out if return_weights else (out, None)
         aux_loss = None
+        if self.output_gate is not None:  # gated attention: o_h * sigmoid(x W_g)_h, before W_o (arXiv:2505.06708)
+            out = out * self.output_gate(x).to(out.dtype)
         if self.router is not None:  # MoH: head h of token t weighted by g_th      [B, H, T, d] * [B, H, T, 1]
             gates, aux_loss = self.router(x)
             out = out * gates.transpose(1, 2).unsqueeze(-1)
