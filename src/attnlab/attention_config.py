@@ -76,6 +76,8 @@ class AttentionConfig:
     """The duplicate-count prior: softmax(z_ij - log c_ij), c_ij the copies of token x_j among x_1..x_i, so m identical tokens share one token's mass (attnlab.mechanisms.count_prior.reference; the control for magnitude's logit prior, which does the same on exact duplicates). Reads the token ids: causal softmax in a GPT only; composes with a magnitude logit prior (the two add)."""
     ssmax: bool = False
     """Scalable-Softmax (Nakanishi 2025, arXiv:2501.19399): the logits of a query that sees n keys times s log n (n = its prefix length when causal), s learned per head from 0.43 (attnlab.mechanisms.ssmax). Applied by scaling the queries, so it keeps SDPA; needs softmax over dot-product logits; a logit prior (magnitude, count) is added unscaled."""
+    selective: bool = False
+    """Selective attention (Leviathan, Kalman and Matias 2024, arXiv:2410.02703): softmax(z_hij - F_ij), F_ij = sum_{k < i} ReLU(z_0kj) over 0 < j < k, head 0's logits as selection scores accumulated over the earlier queries and subtracted from every head (attnlab.mechanisms.selective). Parameter-free; needs causal softmax over dot-product logits; explicit path, no K/V cache; not with heads.mix 'talking' or 'coda', which rewrite every head's logits too."""
 
     def __post_init__(self):
         for name in ("n_head", "n_kv_head"):
@@ -112,10 +114,12 @@ class AttentionConfig:
             raise ConfigError(f"attention.ssmax=true scales dot-product logits inside a softmax; got "
                               f"kernel={self.kernel!r}, normalizer={self.normalizer!r} (allowed: kernel='dot', "
                               f"normalizer='softmax')")
+        self._check_selective()
         if self.backend == "sdpa" and route(self.replace(backend="auto")).path != "sdpa":
             extra = ", magnitude form 'prefix' (a per-(i, j) gate)" if _form(self) == "prefix" else ""  # on the values
             extra += f", heads.mix={self.heads.mix!r} (logits mixed across heads)" if self.heads.mix in LOGIT_MIXES \
                 else ""
+            extra += ", selective=true (head 0's selection subtracted at each (i, j))" if self.selective else ""
             raise ConfigError(
                 f"attention.backend='sdpa' cannot compute normalizer={self.normalizer!r}, "
                 f"mask_form={self.mask_form!r}{extra}; use backend='auto' or 'explicit'"
@@ -125,6 +129,22 @@ class AttentionConfig:
                 f"attention.n_head={self.n_head} is not divisible by attention.n_kv_head={self.n_kv_head}; "
                 f"n_kv_head must divide n_head (n_kv_head=n_head: MHA, 1: MQA)"
             )
+
+    def _check_selective(self) -> None:
+        """Selective attention needs causal softmax over dot-product logits (ReLU of rbf logits, which are <= 0, is
+        0: it would do nothing) and the logits of no other mechanism that rewrites every head."""
+        if not isinstance(self.selective, bool):
+            raise ConfigError(f"attention.selective={self.selective!r} must be true or false")
+        if not self.selective:
+            return
+        if not (self.causal and self.normalizer == "softmax" and self.kernel == "dot"):
+            raise ConfigError(f"attention.selective=true masks earlier tokens for later queries inside a causal "
+                              f"softmax of dot-product logits; got causal={self.causal}, normalizer="
+                              f"{self.normalizer!r}, kernel={self.kernel!r} (allowed: causal=true, "
+                              f"normalizer='softmax', kernel='dot')")
+        if self.heads.mix in LOGIT_MIXES:
+            raise ConfigError(f"attention.selective=true with heads.mix={self.heads.mix!r}: both rewrite the logits "
+                              f"of every head before the softmax; use heads.mix 'concat' or 'moh'")
 
     def _as_table(self, field: str, cls, name_field: str | None = None, names: tuple = ()):
         """Field ``field`` as its table, stored back on the (frozen) config: a ``cls`` as it is, a dict read by
@@ -255,7 +275,8 @@ class Route(NamedTuple):
     attnlab.mechanisms.magnitude.prefix_blocks: no [T, T] matrix kept).
     forced: why a request took a slower path than the configuration's own (None when it did not).
     cacheable: whether a K/V cache gives exactly the full forward's output (causal, no magnitude weights, no count
-    prior: those need the whole prefix at every token, attnlab.nn.kv_cache).
+    prior: those need the whole prefix at every token, attnlab.nn.kv_cache; no selective attention, whose penalty
+    for a new query sums the selection scores of every earlier query).
     """
 
     path: str
@@ -275,20 +296,21 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
     returns no weights); :func:`say_route` logs it once.
 
     - "prefix_blocks" for the prefix magnitude form with the low-rank solver inside causal dot-product softmax with
-      the additive mask, no head mixing inside the softmax, no count prior and backend "auto";
+      the additive mask, no head mixing inside the softmax, no count prior, no selective attention and backend
+      "auto";
     - else "sdpa" whenever the options reduce to softmax(q k' s + mask) v (attnlab.functional.attention.uses_sdpa:
-      a per-key magnitude gate on v and any logit prior keep it; the per-(i, j) value gate and logits mixed across
-      heads do not) and backend is not "explicit";
+      a per-key magnitude gate on v and any logit prior keep it; the per-(i, j) value gate, logits mixed across
+      heads and selective attention's penalty from head 0 do not) and backend is not "explicit";
     - else "explicit".
     """
     logit_mix = cfg.heads.mix in LOGIT_MIXES
     m = cfg.magnitude
     blocks = (_form(cfg) == "prefix" and m.solver == LOWRANK and not cfg.count_prior and cfg.causal
               and cfg.kernel == "dot" and cfg.normalizer == "softmax" and cfg.mask_form == "additive"
-              and cfg.backend == "auto" and not logit_mix)
+              and cfg.backend == "auto" and not logit_mix and not cfg.selective)
     value_gate = _form(cfg) == "prefix" and m.apply == "values"
     reducible = uses_sdpa(normalizer=cfg.normalizer, causal=cfg.causal, mask_form=cfg.mask_form,
-                          value_gate=value_gate, head_mix=logit_mix)
+                          value_gate=value_gate, head_mix=logit_mix or cfg.selective)
     general = "sdpa" if reducible and cfg.backend != "explicit" and not return_weights else "explicit"
     own = "prefix_blocks" if blocks else ("sdpa" if reducible and cfg.backend != "explicit" else "explicit")
     reasons = []
@@ -301,7 +323,7 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
     if reasons and cfg.backend == "sdpa":
         raise ConfigError(f"attention.backend='sdpa' cannot compute this request ({' and '.join(reasons)}); use "
                           f"backend='auto' or 'explicit'")
-    cacheable = cfg.causal and m is None and not cfg.count_prior
+    cacheable = cfg.causal and m is None and not cfg.count_prior and not cfg.selective
     return Route(path, forced, cacheable)
 
 

@@ -85,7 +85,8 @@ def attention(
         are mixed across heads by P_l before the mask, prior and softmax, the weights by P_w after them (explicit
         path; the returned weights are the mixed ones, those that multiply v).
     logit_fn: optional z -> z' applied to the kernel's logits [B, H, T, S] before any mask or prior (explicit path;
-        e.g. CODA's cascade, attnlab.mechanisms.heads.functional.cascade_logits).
+        e.g. CODA's cascade, attnlab.mechanisms.heads.functional.cascade_logits; selective attention,
+        attnlab.mechanisms.selective.functional.select_logits, which applies the causal mask itself).
     causal with more keys than queries (S > T, decoding with a K/V cache): query i sits at position S - T + i and
     sees keys j <= S - T + i (attnlab.functional.masks.causal_keep).
     Returns the output [B, H, T, dv], or (output, weights [B, H, T, S]) when return_weights.
