@@ -11,7 +11,8 @@ from helpers import fit_rank
 
 BLOCK = 12
 CACHEABLE = [n for n in variants()
-             if get_variant(n).magnitude is None and get_variant(n).causal and not get_variant(n).count_prior]
+             if get_variant(n).magnitude is None and get_variant(n).causal and not get_variant(n).count_prior
+             and not get_variant(n).selective]
 
 
 def _model(attention, pos="learned"):
@@ -57,7 +58,8 @@ def test_generate_with_the_cache_gives_the_tokens_of_full_recomputation(name):
         assert torch.equal(cached, full)
 
 
-@pytest.mark.parametrize("name", ["magnitude-causal", "magnitude-prefix", "magnitude-causal-lowrank", "count-prior"])
+@pytest.mark.parametrize("name", ["magnitude-causal", "magnitude-prefix", "magnitude-causal-lowrank", "count-prior",
+                                  "selective"])
 def test_magnitude_variants_recompute_and_refuse_a_cache(name):
     model = _model(name)
     assert not model.cache_exact

@@ -80,6 +80,8 @@ class AttentionConfig:
     """Gated attention (Qiu et al. 2025, arXiv:2505.06708, its best form G1): o'_h = o_h * sigmoid(x W_g + b)_h, an elementwise, head-specific sigmoid gate of the layer's input token on each head's attention output, before W_o (attnlab.mechanisms.gated). W_g: n_embd -> n_head * head_dim, initialised and biased like the q projection, as in the authors' code. Reads only the current token, so it keeps SDPA and the K/V cache; composes with every other switch."""
     sink: bool = False
     """A learned attention-sink logit per head (GPT-OSS; the sink token of Xiao et al. 2023, arXiv:2309.17453): p_ij = exp(z_ij) / (exp(s_h) + sum_k exp(z_ik)), one extra key with logit s_h (learned, from 0) and a zero value, so a query can put mass on nothing (attnlab.mechanisms.sink). Keeps SDPA (a zero key with s_h in a float mask) and the K/V cache; needs dot-product softmax with the additive mask."""
+    selective: bool = False
+    """Selective attention (Leviathan, Kalman and Matias 2024, arXiv:2410.02703): softmax(z_hij - F_ij), F_ij = sum_{k < i} ReLU(z_0kj) over 0 < j < k, head 0's logits as selection scores accumulated over the earlier queries and subtracted from every head (attnlab.mechanisms.selective). Parameter-free; needs causal softmax over dot-product logits; explicit path, no K/V cache; not with heads.mix 'talking' or 'coda', which rewrite every head's logits too."""
 
     def __post_init__(self):
         for name in ("n_head", "n_kv_head"):
@@ -124,10 +126,12 @@ class AttentionConfig:
             raise ConfigError(f"attention.sink=true adds a key with logit s_h to a dot-product softmax; got "
                               f"kernel={self.kernel!r}, normalizer={self.normalizer!r}, mask_form={self.mask_form!r} "
                               f"(allowed: kernel='dot', normalizer='softmax', mask_form='additive')")
+        self._check_selective()
         if self.backend == "sdpa" and route(self.replace(backend="auto")).path != "sdpa":
             extra = ", magnitude form 'prefix' (a per-(i, j) gate)" if _form(self) == "prefix" else ""  # on the values
             extra += f", heads.mix={self.heads.mix!r} (logits mixed across heads)" if self.heads.mix in LOGIT_MIXES \
                 else ""
+            extra += ", selective=true (head 0's selection subtracted at each (i, j))" if self.selective else ""
             raise ConfigError(
                 f"attention.backend='sdpa' cannot compute normalizer={self.normalizer!r}, "
                 f"mask_form={self.mask_form!r}{extra}; use backend='auto' or 'explicit'"
@@ -137,6 +141,22 @@ class AttentionConfig:
                 f"attention.n_head={self.n_head} is not divisible by attention.n_kv_head={self.n_kv_head}; "
                 f"n_kv_head must divide n_head (n_kv_head=n_head: MHA, 1: MQA)"
             )
+
+    def _check_selective(self) -> None:
+        """Selective attention needs causal softmax over dot-product logits (ReLU of rbf logits, which are <= 0, is
+        0: it would do nothing) and the logits of no other mechanism that rewrites every head."""
+        if not isinstance(self.selective, bool):
+            raise ConfigError(f"attention.selective={self.selective!r} must be true or false")
+        if not self.selective:
+            return
+        if not (self.causal and self.normalizer == "softmax" and self.kernel == "dot"):
+            raise ConfigError(f"attention.selective=true masks earlier tokens for later queries inside a causal "
+                              f"softmax of dot-product logits; got causal={self.causal}, normalizer="
+                              f"{self.normalizer!r}, kernel={self.kernel!r} (allowed: causal=true, "
+                              f"normalizer='softmax', kernel='dot')")
+        if self.heads.mix in LOGIT_MIXES:
+            raise ConfigError(f"attention.selective=true with heads.mix={self.heads.mix!r}: both rewrite the logits "
+                              f"of every head before the softmax; use heads.mix 'concat' or 'moh'")
 
     def _as_table(self, field: str, cls, name_field: str | None = None, names: tuple = ()):
         """Field ``field`` as its table, stored back on the (frozen) config: a ``cls`` as it is, a dict read by
@@ -283,7 +303,8 @@ class Route(NamedTuple):
     attnlab.mechanisms.magnitude.prefix_blocks: no [T, T] matrix kept).
     forced: why a request took a slower path than the configuration's own (None when it did not).
     cacheable: whether a K/V cache gives exactly the full forward's output (causal, no magnitude weights, no count
-    prior: those need the whole prefix at every token, attnlab.nn.kv_cache).
+    prior: those need the whole prefix at every token, attnlab.nn.kv_cache; no selective attention, whose penalty
+    for a new query sums the selection scores of every earlier query).
     """
 
     path: str
@@ -303,20 +324,21 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
     returns no weights); :func:`say_route` logs it once.
 
     - "prefix_blocks" for the prefix magnitude form with the low-rank solver inside causal dot-product softmax with
-      the additive mask, no head mixing inside the softmax, no count prior, no sink and backend "auto";
+      the additive mask, no head mixing inside the softmax, no count prior, no sink, no selective attention and
+      backend "auto";
     - else "sdpa" whenever the options reduce to softmax(q k' s + mask) v (attnlab.functional.attention.uses_sdpa:
-      a per-key magnitude gate on v and any logit prior keep it; the per-(i, j) value gate and logits mixed across
-      heads do not) and backend is not "explicit";
+      a per-key magnitude gate on v and any logit prior keep it; the per-(i, j) value gate, logits mixed across
+      heads and selective attention's penalty from head 0 do not) and backend is not "explicit";
     - else "explicit".
     """
     logit_mix = cfg.heads.mix in LOGIT_MIXES
     m = cfg.magnitude
     blocks = (_form(cfg) == "prefix" and m.solver == LOWRANK and not cfg.count_prior and not cfg.sink and cfg.causal
               and cfg.kernel == "dot" and cfg.normalizer == "softmax" and cfg.mask_form == "additive"
-              and cfg.backend == "auto" and not logit_mix)
+              and cfg.backend == "auto" and not logit_mix and not cfg.selective)
     value_gate = _form(cfg) == "prefix" and m.apply == "values"
     reducible = uses_sdpa(normalizer=cfg.normalizer, causal=cfg.causal, mask_form=cfg.mask_form,
-                          value_gate=value_gate, head_mix=logit_mix)
+                          value_gate=value_gate, head_mix=logit_mix or cfg.selective)
     general = "sdpa" if reducible and cfg.backend != "explicit" and not return_weights else "explicit"
     own = "prefix_blocks" if blocks else ("sdpa" if reducible and cfg.backend != "explicit" else "explicit")
     reasons = []
@@ -329,7 +351,7 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
     if reasons and cfg.backend == "sdpa":
         raise ConfigError(f"attention.backend='sdpa' cannot compute this request ({' and '.join(reasons)}); use "
                           f"backend='auto' or 'explicit'")
-    cacheable = cfg.causal and m is None and not cfg.count_prior
+    cacheable = cfg.causal and m is None and not cfg.count_prior and not cfg.selective
     return Route(path, forced, cacheable)
 
 

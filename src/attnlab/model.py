@@ -139,7 +139,8 @@ class GPT(nn.Module):
     def new_cache(self) -> KVCache:
         """An empty K/V cache for forward(..., cache=) of up to block_size positions."""
         if not self.cache_exact:
-            raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate or count prior; "
+            raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate, count prior or "
+                              "selective attention; "
                               f"attention={self.config.attention!r} needs the whole prefix at every token")
         return KVCache(self.config.n_layer, self.config.block_size)
 

@@ -270,3 +270,12 @@ register(
     sink=True,
     notes="a query can put mass on nothing, so its weights on the real keys sum to less than 1; on SDPA the sink is a "
           "zero key with s_h in a float mask, so it keeps SDPA (without the is_causal kernel) and the K/V cache.")
+
+register(
+    "selective", "selective attention: softmax(z_hij - F_ij), F_ij = sum_{k < i} ReLU(z_0kj) over 0 < j < k: head 0's "
+    "logits let each token mask earlier tokens for the queries after it",
+    "Leviathan, Kalman and Matias 2024, arXiv:2410.02703; an answer to attention dilution beside the Magnitude "
+    "Attention write-up's",
+    selective=True,
+    notes="parameter-free; a token that has been selected away by later tokens loses mass at every later query, so a "
+          "crowd of stale keys can be pushed out of the softmax; explicit path, no K/V cache.")

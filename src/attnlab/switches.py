@@ -19,16 +19,16 @@ def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", retur
 
     The one predicate for "these options reduce to softmax(q k' s + mask) v": attnlab.attention_config.route
     asks it too (a per-(i, j) value gate, the prefix magnitude form, does not reduce; a per-key gate on v does).
-    A logit prior, per key or per (i, j), is an additive float mask and never changes the answer. Talking heads
-    and CODA's cascade (head_mix: a head_mix or a logit_fn is given) change the logits of all heads at each (i, j),
-    which no fused kernel does.
+    A logit prior, per key or per (i, j), is an additive float mask and never changes the answer. Talking heads,
+    CODA's cascade and selective attention (head_mix: a head_mix or a logit_fn is given) change the logits of all
+    heads at each (i, j) from other logits, which no fused kernel does.
     """
     reducible = (normalizer == "softmax" and not (causal and mask_form == "renormalize") and not return_weights
                  and not value_gate and not head_mix)
     if backend == "sdpa" and not reducible:
         raise ValueError(
             f"backend='sdpa' cannot compute a normalizer other than 'softmax' (got {normalizer!r}), "
-            "mask_form='renormalize', a value_gate, heads mixed inside the softmax (talking heads, CODA) or return "
-            "weights; use backend='auto' or 'explicit'"
+            "mask_form='renormalize', a value_gate, heads mixed inside the softmax (talking heads, CODA, selective "
+            "attention) or return weights; use backend='auto' or 'explicit'"
         )
     return reducible and backend != "explicit"

@@ -41,7 +41,7 @@ FAMILY_TITLES = {"softmax": "Softmax and its kernels, masks and K/V sharing",
 def family(variant: str) -> str:
     """The family of a registered variant: ``magnitude`` (a magnitude table), ``controls`` (the count prior or a
     fixed temperature), ``dilution`` (another answer to attention dilution: SSMax, softpick, stick-breaking,
-    an output gate, a sink),
+    an output gate, a sink, selective attention),
     ``projections`` (any projection switch), ``heads`` (a head mix), else ``softmax``; ``other`` for a name the
     registry does not know."""
     from ..registry import variant_info, variants
@@ -54,7 +54,8 @@ def family(variant: str) -> str:
         return "magnitude"
     if cfg.count_prior or cfg.temperature != base.temperature:
         return "controls"
-    if cfg.ssmax or cfg.normalizer in MECHANISM_NORMALIZERS or cfg.output_gate or cfg.sink:
+    if cfg.ssmax or cfg.normalizer in MECHANISM_NORMALIZERS or cfg.output_gate or cfg.sink \
+            or cfg.selective:
         return "dilution"
     if cfg.projections != base.projections:
         return "projections"

@@ -92,7 +92,8 @@ def attention(
         are mixed across heads by P_l before the mask, prior and softmax, the weights by P_w after them (explicit
         path; the returned weights are the mixed ones, those that multiply v).
     logit_fn: optional z -> z' applied to the kernel's logits [B, H, T, S] before any mask or prior (explicit path;
-        e.g. CODA's cascade, attnlab.mechanisms.heads.functional.cascade_logits).
+        e.g. CODA's cascade, attnlab.mechanisms.heads.functional.cascade_logits; selective attention,
+        attnlab.mechanisms.selective.functional.select_logits, which applies the causal mask itself).
     sink: optional sink logits s [H] (attnlab.mechanisms.sink): one more key with logit s_h and a zero value that
         every query sees, p_ij = exp(z_ij) / (exp(s_h) + sum_k exp(z_ik)); dot-product softmax with the additive
         mask only (the rbf path's logits are exact only up to a per-row constant, which s_h would not share). The

@@ -23,6 +23,7 @@ from ..mechanisms.normalizers import normalizer_fn
 from ..mechanisms.gated.module import OutputGate
 from ..mechanisms.sink.module import AttentionSink
 from ..mechanisms.ssmax.module import ScalableSoftmax
+from ..mechanisms.selective.functional import select_logits
 from ..mechanisms.projections.module import LatentKV, kv_cache_per_token, make_projection, resolve_latent, resolve_rank
 
 
@@ -58,6 +59,8 @@ class Attention(nn.Module):
     token t by a router's g_th before W_o, y = concat_h(g_h o_h) W_o (Jin et al. 2024); "coda" makes the logits a
     cascade through the layers (Zheng et al. 2021; attnlab.mechanisms.heads.functional.cascade_logits): ``layer`` (the block's
     index) > 0 gets the head MLP f_l, and :meth:`run` takes the previous layer's logits and returns its own.
+    selective=True: softmax(z_hij - F_ij), F the ReLU logits of head 0 summed over the earlier queries
+    (Leviathan et al. 2024; attnlab.mechanisms.selective), through ``logit_fn`` on the explicit path; no K/V cache.
     State is passed, not kept: :meth:`run` returns the layer's auxiliary outputs (:class:`LayerOutput`).
     """
 
@@ -177,9 +180,9 @@ class Attention(nn.Module):
         if how.forced:
             say_route(how.forced)
         if kv is not None and not how.cacheable:
-            raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate or count prior "
-                              f"(this layer: causal={cfg.causal}, magnitude={cfg.magnitude!r}, "
-                              f"count_prior={cfg.count_prior})")
+            raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate, count prior "
+                              f"or selective attention (this layer: causal={cfg.causal}, magnitude="
+                              f"{cfg.magnitude!r}, count_prior={cfg.count_prior}, selective={cfg.selective})")
         offset = 0 if kv is None else kv.length
         latent_cache = kv is not None and self.kv_latent is not None  # MLA caches c, not K and V
         if latent_cache:  # K, V of every cached position rebuilt from the latents c [B, S, d_c]
@@ -220,6 +223,8 @@ class Attention(nn.Module):
                 cascade.append(cascade_logits(scores, previous, self.head_mlp,
                                               cfg.heads.coda_noise if self.training else 0.0))
                 return cascade[-1]
+        elif cfg.selective:  # softmax(z - F), F from head 0's ReLU logits of earlier queries (arXiv:2410.02703)
+            logit_fn = select_logits
         if factors is not None:
             out = self._prefix_blocks(q, k, v, factors, (default_scale(q.shape[-1]) if scale is None else scale)
                                       / cfg.temperature)
