@@ -76,6 +76,8 @@ class AttentionConfig:
     """The duplicate-count prior: softmax(z_ij - log c_ij), c_ij the copies of token x_j among x_1..x_i, so m identical tokens share one token's mass (attnlab.mechanisms.count_prior.reference; the control for magnitude's logit prior, which does the same on exact duplicates). Reads the token ids: causal softmax in a GPT only; composes with a magnitude logit prior (the two add)."""
     ssmax: bool = False
     """Scalable-Softmax (Nakanishi 2025, arXiv:2501.19399): the logits of a query that sees n keys times s log n (n = its prefix length when causal), s learned per head from 0.43 (attnlab.mechanisms.ssmax). Applied by scaling the queries, so it keeps SDPA; needs softmax over dot-product logits; a logit prior (magnitude, count) is added unscaled."""
+    differential: bool = False
+    """Differential attention (Ye et al. 2024, arXiv:2410.05258): each head's weights are softmax(Q1 K1' s) - lambda softmax(Q2 K2' s), Q1, Q2 (K1, K2) the two halves of the head's query (key), s = 1/sqrt(head_dim/2); lambda = exp(lq1.lk1) - exp(lq2.lk2) + lambda_init per layer, lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1)); each head's output RMS-normalised and times 1 - lambda_init (attnlab.mechanisms.differential). Two SDPA calls, so it keeps the fused path and the K/V cache; RoPE rotates each half. Needs softmax over dot-product logits, heads.mix='concat', no magnitude table, qk_norm='off' and an even head_dim; composes with GQA, the count prior and ssmax (both maps)."""
 
     def __post_init__(self):
         for name in ("n_head", "n_kv_head"):
@@ -112,6 +114,10 @@ class AttentionConfig:
             raise ConfigError(f"attention.ssmax=true scales dot-product logits inside a softmax; got "
                               f"kernel={self.kernel!r}, normalizer={self.normalizer!r} (allowed: kernel='dot', "
                               f"normalizer='softmax')")
+        if not isinstance(self.differential, bool):
+            raise ConfigError(f"attention.differential={self.differential!r} must be true or false")
+        if self.differential:
+            self._check_differential()
         if self.backend == "sdpa" and route(self.replace(backend="auto")).path != "sdpa":
             extra = ", magnitude form 'prefix' (a per-(i, j) gate)" if _form(self) == "prefix" else ""  # on the values
             extra += f", heads.mix={self.heads.mix!r} (logits mixed across heads)" if self.heads.mix in LOGIT_MIXES \
@@ -125,6 +131,18 @@ class AttentionConfig:
                 f"attention.n_head={self.n_head} is not divisible by attention.n_kv_head={self.n_kv_head}; "
                 f"n_kv_head must divide n_head (n_kv_head=n_head: MHA, 1: MQA)"
             )
+
+    def _check_differential(self) -> None:
+        """What differential attention needs of the rest of the layer: two softmax maps of dot-product logits on the
+        half-heads, combined per head before W_o."""
+        bad = [f"{name}={value!r}" for name, value, ok in (
+            ("kernel", self.kernel, self.kernel == "dot"), ("normalizer", self.normalizer, self.normalizer == "softmax"),
+            ("heads.mix", self.heads.mix, self.heads.mix == "concat"), ("magnitude", _form(self), self.magnitude is None),
+            ("qk_norm", self.qk_norm, self.qk_norm == "off")) if not ok]
+        if bad:
+            raise ConfigError(f"attention.differential=true subtracts two softmax maps of dot-product logits per head; "
+                              f"got {', '.join(bad)} (allowed: kernel='dot', normalizer='softmax', heads.mix='concat', "
+                              f"magnitude='off', qk_norm='off')")
 
     def _as_table(self, field: str, cls, name_field: str | None = None, names: tuple = ()):
         """Field ``field`` as its table, stored back on the (frozen) config: a ``cls`` as it is, a dict read by
@@ -191,7 +209,11 @@ class AttentionConfig:
                 )
 
     def check_sizes(self, n_embd: int) -> None:
-        """Checks that need the width: an absolute rank must be below every factored projection's full rank."""
+        """Checks that need the width: an absolute rank must be below every factored projection's full rank; an even
+        head_dim for differential attention (two halves per head)."""
+        if self.differential and self.n_head is not None and (n_embd // self.n_head) % 2:
+            raise ConfigError(f"attention.differential=true splits each head's query and key in two halves, but "
+                              f"head_dim={n_embd // self.n_head} is odd; use an even n_embd / n_head")
         p = self.projections
         if p.rank is None or self.n_head is None:
             return
@@ -255,7 +277,8 @@ class Route(NamedTuple):
     attnlab.mechanisms.magnitude.prefix_blocks: no [T, T] matrix kept).
     forced: why a request took a slower path than the configuration's own (None when it did not).
     cacheable: whether a K/V cache gives exactly the full forward's output (causal, no magnitude weights, no count
-    prior: those need the whole prefix at every token, attnlab.nn.kv_cache).
+    prior: those need the whole prefix at every token, attnlab.nn.kv_cache; differential attention caches its keys
+    and values like softmax attention, each map a softmax over the cached keys).
     """
 
     path: str

@@ -235,3 +235,12 @@ register(
     ssmax=True,
     notes="the logit scale grows with the context a query sees, so a softmax over a longer prefix does not flatten; "
           "folded into the queries, so it keeps SDPA and the K/V cache.")
+
+register(
+    "differential", "differential attention: (softmax(Q1 K1'/sqrt(d/2)) - lambda softmax(Q2 K2'/sqrt(d/2))) V per "
+    "head over the halves of its query and key, lambda learned per layer from lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1)), "
+    "each head RMS-normalised and times 1 - lambda_init",
+    "Ye et al. 2024, arXiv:2410.05258; an answer to attention dilution beside the Magnitude Attention write-up's",
+    differential=True,
+    notes="the second map cancels the mass both maps give to the same keys (attention noise); two SDPA calls on the "
+          "half-heads, so it keeps the fused path and the K/V cache.")

@@ -40,8 +40,9 @@ FAMILY_TITLES = {"softmax": "Softmax and its kernels, masks and K/V sharing",
 
 def family(variant: str) -> str:
     """The family of a registered variant: ``magnitude`` (a magnitude table), ``controls`` (the count prior or a
-    fixed temperature), ``dilution`` (another answer to attention dilution: SSMax), ``projections`` (any projection
-    switch), ``heads`` (a head mix), else ``softmax``; ``other`` for a name the registry does not know."""
+    fixed temperature), ``dilution`` (another answer to attention dilution: SSMax, differential attention),
+    ``projections`` (any projection switch), ``heads`` (a head mix), else ``softmax``; ``other`` for a name the
+    registry does not know."""
     from ..registry import variant_info, variants
 
     if variant not in variants():
@@ -51,7 +52,7 @@ def family(variant: str) -> str:
         return "magnitude"
     if cfg.count_prior or cfg.temperature != base.temperature:
         return "controls"
-    if cfg.ssmax:
+    if cfg.ssmax or cfg.differential:
         return "dilution"
     if cfg.projections != base.projections:
         return "projections"
