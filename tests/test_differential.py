@@ -269,3 +269,9 @@ def test_sizes_and_types_are_one_line_errors():
     with pytest.raises(ConfigError, match="rotates each half of a head, which needs head_dim divisible by 4, got 6"):
         GPTConfig(n_embd=24, n_head=4, pos_encoding="rope", attention="differential")
     GPTConfig(n_embd=24, n_head=4, pos_encoding="learned", attention="differential")  # head_dim 6: fine without RoPE
+
+
+def test_it_is_on_the_dilution_page_of_the_leaderboard():
+    from attnlab.experiments.leaderboard import family
+
+    assert family("differential") == "dilution"

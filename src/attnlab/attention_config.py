@@ -136,8 +136,10 @@ class AttentionConfig:
         """What differential attention needs of the rest of the layer: two softmax maps of dot-product logits on the
         half-heads, combined per head before W_o."""
         bad = [f"{name}={value!r}" for name, value, ok in (
-            ("kernel", self.kernel, self.kernel == "dot"), ("normalizer", self.normalizer, self.normalizer == "softmax"),
-            ("heads.mix", self.heads.mix, self.heads.mix == "concat"), ("magnitude", _form(self), self.magnitude is None),
+            ("kernel", self.kernel, self.kernel == "dot"),
+            ("normalizer", self.normalizer, self.normalizer == "softmax"),
+            ("heads.mix", self.heads.mix, self.heads.mix == "concat"),
+            ("magnitude", _form(self), self.magnitude is None),
             ("qk_norm", self.qk_norm, self.qk_norm == "off")) if not ok]
         if bad:
             raise ConfigError(f"attention.differential=true subtracts two softmax maps of dot-product logits per head; "
