@@ -82,6 +82,8 @@ class AttentionConfig:
     """A learned attention-sink logit per head (GPT-OSS; the sink token of Xiao et al. 2023, arXiv:2309.17453): p_ij = exp(z_ij) / (exp(s_h) + sum_k exp(z_ik)), one extra key with logit s_h (learned, from 0) and a zero value, so a query can put mass on nothing (attnlab.mechanisms.sink). Keeps SDPA (a zero key with s_h in a float mask) and the K/V cache; needs dot-product softmax with the additive mask."""
     selective: bool = False
     """Selective attention (Leviathan, Kalman and Matias 2024, arXiv:2410.02703): softmax(z_hij - F_ij), F_ij = sum_{k < i} ReLU(z_0kj) over 0 < j < k, head 0's logits as selection scores accumulated over the earlier queries and subtracted from every head (attnlab.mechanisms.selective). Parameter-free; needs causal softmax over dot-product logits; explicit path, no K/V cache; not with heads.mix 'talking' or 'coda', which rewrite every head's logits too."""
+    differential: bool = False
+    """Differential attention (Ye et al. 2024, arXiv:2410.05258): each head's weights are softmax(Q1 K1' s) - lambda softmax(Q2 K2' s), Q1, Q2 (K1, K2) the two halves of the head's query (key), s = 1/sqrt(head_dim/2); lambda = exp(lq1.lk1) - exp(lq2.lk2) + lambda_init per layer, lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1)); each head's output RMS-normalised and times 1 - lambda_init (attnlab.mechanisms.differential). Two SDPA calls, so it keeps the fused path and the K/V cache; RoPE rotates each half. Needs softmax over dot-product logits, heads.mix='concat', no magnitude table, qk_norm='off' and an even head_dim; composes with GQA, the count prior and ssmax (both maps)."""
 
     def __post_init__(self):
         for name in ("n_head", "n_kv_head"):
@@ -127,6 +129,10 @@ class AttentionConfig:
                               f"kernel={self.kernel!r}, normalizer={self.normalizer!r}, mask_form={self.mask_form!r} "
                               f"(allowed: kernel='dot', normalizer='softmax', mask_form='additive')")
         self._check_selective()
+        if not isinstance(self.differential, bool):
+            raise ConfigError(f"attention.differential={self.differential!r} must be true or false")
+        if self.differential:
+            self._check_differential()
         if self.backend == "sdpa" and route(self.replace(backend="auto")).path != "sdpa":
             extra = ", magnitude form 'prefix' (a per-(i, j) gate)" if _form(self) == "prefix" else ""  # on the values
             extra += f", heads.mix={self.heads.mix!r} (logits mixed across heads)" if self.heads.mix in LOGIT_MIXES \
@@ -157,6 +163,21 @@ class AttentionConfig:
         if self.heads.mix in LOGIT_MIXES:
             raise ConfigError(f"attention.selective=true with heads.mix={self.heads.mix!r}: both rewrite the logits "
                               f"of every head before the softmax; use heads.mix 'concat' or 'moh'")
+    def _check_differential(self) -> None:
+        """What differential attention needs of the rest of the layer: two softmax maps of dot-product logits on the
+        half-heads, combined per head before W_o."""
+        bad = [f"{name}={value!r}" for name, value, ok in (
+            ("kernel", self.kernel, self.kernel == "dot"),
+            ("normalizer", self.normalizer, self.normalizer == "softmax"),
+            ("heads.mix", self.heads.mix, self.heads.mix == "concat"),
+            ("magnitude", _form(self), self.magnitude is None),
+            ("qk_norm", self.qk_norm, self.qk_norm == "off"),
+            ("sink", self.sink, not self.sink),
+            ("selective", self.selective, not self.selective)) if not ok]
+        if bad:
+            raise ConfigError(f"attention.differential=true subtracts two softmax maps of dot-product logits per head; "
+                              f"got {', '.join(bad)} (allowed: kernel='dot', normalizer='softmax', heads.mix='concat', "
+                              f"magnitude='off', qk_norm='off', sink=false, selective=false)")
 
     def _as_table(self, field: str, cls, name_field: str | None = None, names: tuple = ()):
         """Field ``field`` as its table, stored back on the (frozen) config: a ``cls`` as it is, a dict read by
@@ -239,7 +260,11 @@ class AttentionConfig:
                 )
 
     def check_sizes(self, n_embd: int) -> None:
-        """Checks that need the width: an absolute rank must be below every factored projection's full rank."""
+        """Checks that need the width: an absolute rank must be below every factored projection's full rank; an even
+        head_dim for differential attention (two halves per head)."""
+        if self.differential and self.n_head is not None and (n_embd // self.n_head) % 2:
+            raise ConfigError(f"attention.differential=true splits each head's query and key in two halves, but "
+                              f"head_dim={n_embd // self.n_head} is odd; use an even n_embd / n_head")
         p = self.projections
         if p.rank is None or self.n_head is None:
             return
@@ -304,7 +329,8 @@ class Route(NamedTuple):
     forced: why a request took a slower path than the configuration's own (None when it did not).
     cacheable: whether a K/V cache gives exactly the full forward's output (causal, no magnitude weights, no count
     prior: those need the whole prefix at every token, attnlab.nn.kv_cache; no selective attention, whose penalty
-    for a new query sums the selection scores of every earlier query).
+    for a new query sums the selection scores of every earlier query; differential attention caches
+    its keys and values like softmax attention, each map a softmax over the cached keys).
     """
 
     path: str

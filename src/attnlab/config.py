@@ -72,11 +72,20 @@ class GPTConfig:
             raise ConfigError(f"pos_encoding='rope' needs an even head_dim, got {self.n_embd // self.n_head}")
         if self.pos_encoding == "sinusoidal" and self.n_embd % 2:
             raise ConfigError(f"pos_encoding='sinusoidal' needs an even n_embd, got {self.n_embd}")
-        self.resolved_attention()  # validate the attention choice now, not at model build time
+        attention = self.resolved_attention()  # validate the attention choice now, not at model build time
+        if self.pos_encoding == "rope" and attention.differential and self.rope_dim % 2:
+            raise ConfigError(f"pos_encoding='rope' with attention.differential=true rotates each half of a head, "
+                              f"which needs head_dim divisible by 4, got {self.head_dim}")
 
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def rope_dim(self) -> int:
+        """The width RoPE rotates: head_dim, or head_dim / 2 under differential attention (each half of a head's query
+        and key is rotated on its own, as Ye et al. 2024's code does)."""
+        return self.head_dim // 2 if self.resolved_attention().differential else self.head_dim
 
     def resolved_attention(self) -> AttentionConfig:
         """The AttentionConfig with the model's n_head / n_kv_head / bias / dropout filled in and checked."""

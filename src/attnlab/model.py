@@ -74,7 +74,7 @@ class GPT(nn.Module):
             "sinusoidal": lambda: SinusoidalPositions(config.block_size, config.n_embd),
         }.get(config.pos_encoding, lambda: None)()
         self.rope = (
-            RotaryEmbedding(config.block_size, config.head_dim, config.rope_base)
+            RotaryEmbedding(config.block_size, config.rope_dim, config.rope_base)
             if config.pos_encoding == "rope" else None
         )
         self.drop = nn.Dropout(config.dropout)

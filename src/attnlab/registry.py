@@ -279,3 +279,12 @@ register(
     selective=True,
     notes="parameter-free; a token that has been selected away by later tokens loses mass at every later query, so a "
           "crowd of stale keys can be pushed out of the softmax; explicit path, no K/V cache.")
+
+register(
+    "differential", "differential attention: (softmax(Q1 K1'/sqrt(d/2)) - lambda softmax(Q2 K2'/sqrt(d/2))) V per "
+    "head over the halves of its query and key, lambda learned per layer from lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1)), "
+    "each head RMS-normalised and times 1 - lambda_init",
+    "Ye et al. 2024, arXiv:2410.05258; an answer to attention dilution beside the Magnitude Attention write-up's",
+    differential=True,
+    notes="the second map cancels the mass both maps give to the same keys (attention noise); two SDPA calls on the "
+          "half-heads, so it keeps the fused path and the K/V cache.")

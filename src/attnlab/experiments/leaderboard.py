@@ -41,7 +41,8 @@ FAMILY_TITLES = {"softmax": "Softmax and its kernels, masks and K/V sharing",
 def family(variant: str) -> str:
     """The family of a registered variant: ``magnitude`` (a magnitude table), ``controls`` (the count prior or a
     fixed temperature), ``dilution`` (another answer to attention dilution: SSMax, softpick, stick-breaking,
-    an output gate, a sink, selective attention),
+    an output gate, a sink, selective attention,
+    differential attention),
     ``projections`` (any projection switch), ``heads`` (a head mix), else ``softmax``; ``other`` for a name the
     registry does not know."""
     from ..registry import variant_info, variants
@@ -55,7 +56,7 @@ def family(variant: str) -> str:
     if cfg.count_prior or cfg.temperature != base.temperature:
         return "controls"
     if cfg.ssmax or cfg.normalizer in MECHANISM_NORMALIZERS or cfg.output_gate or cfg.sink \
-            or cfg.selective:
+            or cfg.selective or cfg.differential:
         return "dilution"
     if cfg.projections != base.projections:
         return "projections"

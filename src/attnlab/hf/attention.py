@@ -53,6 +53,7 @@ _REASONS = {  # field -> why a variant that changes it cannot be an HF attention
     "qk_norm": "a learned QK-norm gain is a parameter the HF model lacks (qk_norm='fixed' is accepted)",
     "causal": "HF decoders decide causality themselves (the module's is_causal)",
     "heads": "talking heads and MoH have learned head-mixing parameters (mixes, a router) the HF model lacks",
+    "differential": "differential attention's lambda vectors and per-head norm gain are parameters the HF model lacks",
 }
 
 

@@ -24,6 +24,7 @@ from ..mechanisms.gated.module import OutputGate
 from ..mechanisms.sink.module import AttentionSink
 from ..mechanisms.ssmax.module import ScalableSoftmax
 from ..mechanisms.selective.functional import select_logits
+from ..mechanisms.differential.module import DifferentialHeads, halves, whole
 from ..mechanisms.projections.module import LatentKV, kv_cache_per_token, make_projection, resolve_latent, resolve_rank
 
 
@@ -61,6 +62,8 @@ class Attention(nn.Module):
     index) > 0 gets the head MLP f_l, and :meth:`run` takes the previous layer's logits and returns its own.
     selective=True: softmax(z_hij - F_ij), F the ReLU logits of head 0 summed over the earlier queries
     (Leviathan et al. 2024; attnlab.mechanisms.selective), through ``logit_fn`` on the explicit path; no K/V cache.
+    differential: each head's weights are softmax(Q1 K1' s) - lambda softmax(Q2 K2' s) over its query's and key's halves
+    (RoPE rotates each half), its output (1 - lambda_init) RMSNorm(.) (Ye et al. 2024; attnlab.mechanisms.differential).
     State is passed, not kept: :meth:`run` returns the layer's auxiliary outputs (:class:`LayerOutput`).
     """
 
@@ -106,6 +109,7 @@ class Attention(nn.Module):
         self.ssmax = ScalableSoftmax(self.n_head) if config.ssmax else None
         self.output_gate = OutputGate(n_embd, self.n_head, self.head_dim, bias) if config.output_gate else None
         self.sink = AttentionSink(self.n_head) if config.sink else None
+        self.differential = DifferentialHeads(self.head_dim, layer) if config.differential else None
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """[B, T, n * head_dim] -> [B, n, T, head_dim]."""
@@ -152,6 +156,20 @@ class Attention(nn.Module):
             return lowrank_prefix_attention(q, k, v, phi, lam, c, scale=scale, prior_floor=PRIOR_FLOOR, block=block)
         return lowrank_prefix_attention(q, k, v, phi, lam, c, gate.beta, gate.gamma, gate=gate.gate_form, scale=scale,
                                         block=block)
+
+    def _differential(self, q, k, v, scale, logit_prior, path, return_weights):
+        """Differential attention (Ye et al. 2024, arXiv:2410.05258): the maps A1 = softmax(Q1 K1' s), A2 =
+        softmax(Q2 K2' s) of the heads' halves, s = 1/sqrt(d/2) by default, each one attention call (SDPA when the
+        route allows), then (1 - lambda_init) RMSNorm(A1 V - lambda A2 V) per head. Weights: A1 - lambda A2."""
+        cfg, (q1, q2), (k1, k2) = self.config, halves(q).unbind(2), halves(k).unbind(2)
+        outs = [attention(qh, kh, v, causal=cfg.causal, scale=scale, temperature=cfg.temperature,
+                          normalizer=cfg.normalizer, mask_form=cfg.mask_form, backend=path,
+                          dropout_p=self.attn_dropout if self.training else 0.0, return_weights=return_weights,
+                          logit_prior=logit_prior) for qh, kh in ((q1, k1), (q2, k2))]
+        if not return_weights:
+            return self.differential(*outs)
+        (o1, w1), (o2, w2) = outs
+        return self.differential(o1, o2), w1 - self.differential.lam().to(w2.dtype) * w2
 
     def forward(self, x: torch.Tensor, rope: nn.Module | None = None, return_weights: bool = False,
                 kv: LayerKV | None = None, count_prior: torch.Tensor | None = None):
@@ -207,7 +225,9 @@ class Attention(nn.Module):
             count = count_prior.to(v.dtype)
             logit_prior = count if logit_prior is None else (
                 (logit_prior.unsqueeze(-2) if logit_prior.dim() == 3 else logit_prior) + count)
-        if rope is not None:
+        if rope is not None and self.differential is not None:  # each half of a head rotated on its own (d/2 wide)
+            q, k = whole(rope(halves(q), offset)), whole(rope(halves(k), 0 if latent_cache else offset))
+        elif rope is not None:
             q, k = rope(q, offset), rope(k, 0 if latent_cache else offset)
         scale = cfg.scale
         if cfg.qk_norm != "off":  # <g q/|q|, k/|k|> = g cos(q, k): the logit scale is g, folded into q
@@ -225,7 +245,9 @@ class Attention(nn.Module):
                 return cascade[-1]
         elif cfg.selective:  # softmax(z - F), F from head 0's ReLU logits of earlier queries (arXiv:2410.02703)
             logit_fn = select_logits
-        if factors is not None:
+        if self.differential is not None:
+            out = self._differential(q, k, v, scale, logit_prior, how.path, return_weights)
+        elif factors is not None:
             out = self._prefix_blocks(q, k, v, factors, (default_scale(q.shape[-1]) if scale is None else scale)
                                       / cfg.temperature)
         else:
