@@ -248,12 +248,15 @@ def test_the_parameters_learn():
 
 @pytest.mark.parametrize("bad, message", [
     (dict(kernel="rbf"), "got kernel='rbf' (allowed: kernel='dot', normalizer='softmax', heads.mix='concat', "
-                         "magnitude='off', qk_norm='off')"),
+                         "magnitude='off', qk_norm='off', sink=false, selective=false)"),
     (dict(normalizer="none"), "got normalizer='none' (allowed"),
     (dict(heads="talking"), "got heads.mix='talking' (allowed"),
     (dict(heads="moh"), "got heads.mix='moh' (allowed"),
     (dict(magnitude="causal"), "got magnitude='causal' (allowed"),
     (dict(qk_norm="fixed"), "got qk_norm='fixed' (allowed"),
+    (dict(sink=True), "got sink=True (allowed"),
+    (dict(selective=True), "got selective=True (allowed"),
+    (dict(normalizer="softpick"), "got normalizer='softpick' (allowed"),
 ])
 def test_switches_that_do_not_compose_are_one_line_errors(bad, message):
     with pytest.raises(ConfigError, match=re.escape(message)) as info:

@@ -72,6 +72,28 @@ def test_recall_parts_train_every_registered_variant_on_their_task():
             assert exp.base_config() == parts[0].base_config(), exp.name
 
 
+def test_dilution_parts_share_the_task_the_stop_rule_and_the_primary_metric():
+    """The dilution comparison on mqar (dilution-mqar-<n>): every part trains the same task and model to the same
+    stop rule, reads it at the same longer lengths, starts with the baseline, declares the same primary metric, and
+    together the parts train the magnitude logit prior, qk-norm, the count prior and every variant of the dilution
+    family (the leaderboard's)."""
+    from attnlab.experiments.leaderboard import family
+    from attnlab.registry import variants
+
+    parts = [load_experiment(n) for n in experiment_names() if n.startswith("dilution-mqar-")]
+    assert len(parts) >= 2
+    first = parts[0].base_config()
+    assert first.data.source == "task:mqar" and first.train.stop_rule is not None
+    assert first.train.eval_lengths and min(first.train.eval_lengths) > 32
+    for exp in parts:
+        assert exp.variants[0] == "standard" and exp.seeds == parts[0].seeds and len(exp.seeds) >= 5
+        assert exp.base_config() == first, exp.name
+        assert exp.primary == parts[0].primary == f"length/{max(first.train.eval_lengths)}/accuracy"
+    trained = {v for exp in parts for v in exp.variants}
+    assert {"qk-norm", "count-prior", "magnitude-prefix-logits"} <= trained
+    assert {v for v in variants() if family(v) == "dilution"} <= trained
+
+
 HIJACK_VARIANTS = {"standard", "qk-norm", "rbf", "magnitude-causal", "magnitude-prefix", "magnitude-causal-linear",
                    "magnitude-prefix-linear", "magnitude-causal-logits", "magnitude-prefix-logits"}
 
