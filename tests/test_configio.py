@@ -256,6 +256,18 @@ def test_attention_subfield_override_starts_from_the_variant(presets):
     assert cfg2.model.attention == get_variant("standard").replace(temperature=2.0, kernel="rbf")
 
 
+
+def test_a_table_after_its_own_sub_keys_is_an_error_not_a_silent_reset(presets):
+    """model.attention=gqa after model.attention.ssmax=true would replace the table and drop ssmax: one line says so;
+    the other order composes."""
+    from attnlab.registry import get_variant
+
+    with pytest.raises(ConfigError, match=r"replaces all of model.attention, so the earlier model.attention.ssmax") as e:
+        apply_overrides(presets["tiny"], ["model.attention.ssmax=true", "train.lr=1e-3", "model.attention=gqa"])
+    assert "\n" not in str(e.value)
+    cfg = apply_overrides(presets["tiny"], ["model.attention=gqa", "model.attention.ssmax=true"])
+    assert cfg.model.attention == get_variant("gqa").replace(ssmax=True)
+
 @needs_run
 @pytest.mark.parametrize("override, expected", [
     ("train.lrr=1", ["train.lrr", "did you mean 'train.lr'"]),

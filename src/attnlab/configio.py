@@ -333,7 +333,9 @@ def apply_overrides(cfg, overrides: Sequence[str]):
     table such as ``data.task``). Setting a sub-field of a field
     that currently holds a variant name (``model.attention.temperature=2`` with ``attention = "standard"``)
     starts from that variant's AttentionConfig. Because validation runs once after all overrides, overrides
-    that must change together (``train.max_steps=10 train.warmup_steps=2``) can be given in any order. A dataclass
+    that must change together (``train.max_steps=10 train.warmup_steps=2``) can be given in any order; a key given
+    after one of its own sub-keys (``model.attention.ssmax=true model.attention=gqa``) would replace them, and is a
+    one-line ConfigError (give the table first). A dataclass
     may define a classmethod ``migrate_key(parts, raw)`` that moves an older dotted key to today's place
     (AttentionConfig: ``magnitude_t`` -> ``magnitude.t``, ``magnitude=prefix`` -> ``magnitude.form``).
     """
@@ -343,9 +345,15 @@ def apply_overrides(cfg, overrides: Sequence[str]):
         return cfg
     cls = type(cfg)
     tree = _tree(cfg)
+    done: list[str] = []
     for item in overrides:
         key, raw = parse_override(item)
+        lost = [k for k in done if k.startswith(key + ".")]
+        if lost:  # model.attention.ssmax=true model.attention=gqa would silently drop ssmax
+            raise ConfigError(f"override {item!r} replaces all of {key}, so the earlier {', '.join(lost)} would be "
+                              f"lost; give {key}=... first, then its sub-keys")
         _assign(tree, cls, key.split("."), raw, "")
+        done.append(key)
     return from_dict(cls, tree)
 
 
