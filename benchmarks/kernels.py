@@ -1,0 +1,155 @@
+"""Benchmark: the Triton per-key prior kernel (attnlab.functional.kernels.prior_attention) against the other GPU
+routes to the same attention, forward+backward, as ratios to SDPA's flash kernel measured in the same run.
+
+Routes, all causal, B = 4, H = 12, D = 64, bfloat16 by default, at T = 1024, 4096, 8192:
+  sdpa_flash        F.scaled_dot_product_attention, flash backend, no prior: the floor (ratio 1)
+  kernel            prior_attention(q, k, v, p): softmax_j(q_i . k_j / sqrt(D) + p_j), gradients to q, k, v, p
+  kernel_no_prior   prior_attention(q, k, v): the kernel's own cost against flash on the same work
+  sdpa_float_mask   SDPA with the prior as a float [B, H, T, T] mask (causal -inf plus p_j), built in the call
+  flex              FlexAttention (compiled), score_mod s + p[b, h, kv], a causal block mask
+Every route is called once per round in turn (CUDA events, after two warm-up calls each), medians over --repeats
+rounds; ratio = the route's median / sdpa_flash's median. Peak memory: torch.cuda.max_memory_allocated over one
+call minus the memory held before it. A route that runs out of memory or fails is reported with its error. The
+kernel's output is also compared with the float-mask route's (max |difference|) at every T, as a sanity check.
+
+    python benchmarks/kernels.py                         # on a CUDA device; prints one JSON object
+    python benchmarks/kernels.py --seqs 1024 --repeats 3
+Without a CUDA device it prints a one-line message and exits with status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+
+
+def routes(q, k, v, p, do):
+    """{name: a function that runs one forward+backward}; q, k, v, p are leaves that require gradients."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from attnlab.functional.kernels import prior_attention
+
+    t = q.shape[2]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+
+    def sdpa_flash():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
+
+    def kernel():
+        prior_attention(q, k, v, p, scale).backward(do)
+
+    def kernel_no_prior():
+        prior_attention(q, k, v, None, scale).backward(do)
+
+    def sdpa_float_mask():
+        later = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+        mask = p[:, :, None, :].to(q.dtype).masked_fill(later, float("-inf"))  # [B, H, T, T]: p_j, -inf after i
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask).backward(do)
+
+    out = {"sdpa_flash": sdpa_flash, "kernel": kernel, "kernel_no_prior": kernel_no_prior,
+           "sdpa_float_mask": sdpa_float_mask}
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError:
+        return out
+    compiled = torch.compile(flex_attention)
+    block_mask = create_block_mask(lambda b, h, qi, ki: ki <= qi, None, None, t, t, device=q.device)
+
+    def score_mod(s, b, h, qi, ki):
+        return s + p[b, h, ki]  # s_ij + p_j (p in float32, as the kernel reads it)
+
+    def flex():
+        compiled(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale).backward(do)
+
+    out["flex"] = flex
+    return out
+
+
+def measure(seq, args):
+    import torch
+
+    from attnlab.functional.kernels import prior_attention
+
+    dev, dtype = torch.device("cuda"), getattr(torch, args.dtype)
+    g = torch.Generator(device=dev).manual_seed(0)
+    b, h, d = args.batch, args.heads, args.head_dim
+    q, k, v, do = (torch.randn(b, h, seq, d, device=dev, dtype=dtype, generator=g) for _ in range(4))
+    weights = torch.rand(b, h, seq, device=dev, generator=g)
+    p = weights.clamp(min=1e-3).log()  # a log-prior with a floor, as the magnitude prior's log max(w, floor)
+    leaves = [x.requires_grad_() for x in (q, k, v, p)]
+    row = {"T": seq, "routes": {}}
+    with torch.no_grad():
+        later = torch.ones(seq, seq, dtype=torch.bool, device=dev).triu(1)
+        mask = p[:, :, None, :].to(dtype).masked_fill(later, float("-inf"))
+        ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        diff = prior_attention(q, k, v, p).float() - ref.float()
+        row["kernel_max_abs_diff_vs_float_mask"] = diff.abs().max().item()
+        del mask, ref, diff
+    fns = routes(*leaves, do)
+    ok = {}
+    for name, fn in fns.items():
+        try:
+            for _ in range(2):
+                fn()
+                for x in leaves:
+                    x.grad = None
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            fn()
+            torch.cuda.synchronize()
+            peak = (torch.cuda.max_memory_allocated() - before) / 2**20
+            ok[name] = {"peak_mib": round(peak, 1), "times": []}
+        except Exception as exc:  # out of memory, or a route this torch lacks
+            row["routes"][name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+            torch.cuda.empty_cache()
+        for x in leaves:
+            x.grad = None
+    for _ in range(args.repeats):
+        for name in ok:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fns[name]()
+            end.record()
+            torch.cuda.synchronize()
+            ok[name]["times"].append(start.elapsed_time(end))
+            for x in leaves:
+                x.grad = None
+    floor = statistics.median(ok["sdpa_flash"]["times"]) if "sdpa_flash" in ok else float("nan")
+    for name, r in ok.items():
+        ms = statistics.median(r["times"])
+        row["routes"][name] = {"ms": round(ms, 4), "ratio": round(ms / floor, 3), "peak_mib": r["peak_mib"]}
+    return row
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seqs", type=int, nargs="+", default=[1024, 4096, 8192])
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+    parser.add_argument("--repeats", type=int, default=10)
+    args = parser.parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        print("benchmarks/kernels.py needs a CUDA device (torch sees none); nothing measured")
+        return 0
+    import triton
+    rows = [measure(seq, args) for seq in args.seqs]
+    print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                      "triton": triton.__version__, "batch": args.batch, "heads": args.heads,
+                      "head_dim": args.head_dim, "dtype": args.dtype, "repeats": args.repeats,
+                      "pass": "forward+backward", "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

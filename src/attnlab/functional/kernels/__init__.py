@@ -1,0 +1,33 @@
+"""Fused attention kernels written in Triton, each beside a float64 reference of the formula it computes.
+
+prior_attention: causal attention with an additive per-key log-prior, softmax_j(q_i . k_j * scale + p_j), forward
+and backward (:mod:`.prior_attention`); reference: the same formula written directly, for the tests
+(:mod:`.reference`). Triton is optional (the ``kernels`` extra): this package imports without it, and
+:func:`available` tells a caller whether the kernels can run here, so that it can fall back to SDPA or the explicit
+path. The kernels live under ``functional`` because they are pure attention math on [B, H, T, D] tensors and the
+attention routing in :mod:`attnlab.functional.attention` is where they will be called from.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ...lazy import lazy_exports
+
+_HOMES = {"prior_attention": ".prior_attention", "PriorAttention": ".prior_attention",
+          "prior_attention_reference": ".reference"}
+__all__ = ["available", *_HOMES]
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)
+
+
+def available() -> bool:
+    """Whether the Triton kernels can run here: triton imports, and either torch sees a CUDA device or Triton's
+    CPU interpreter is switched on (TRITON_INTERPRET=1, set before triton is first imported)."""
+    try:
+        import triton  # noqa: F401
+    except Exception:  # an ImportError, or a broken install that fails on import
+        return False
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return True
+    import torch
+    return torch.cuda.is_available()

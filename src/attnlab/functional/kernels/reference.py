@@ -1,0 +1,41 @@
+"""The formula of :mod:`.prior_attention`, written directly in float64: the tests' independent reference.
+
+    s_ij = q_i . k_j * scale + p_j
+    a_ij = exp(s_ij) / sum_{l <= i} exp(s_il) for j <= i, 0 for j > i
+    o_i  = sum_j a_ij v_j
+
+The whole [T, T] score matrix is built, masked and normalised with torch.softmax; gradients come from autograd.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["prior_attention_reference"]
+
+
+def prior_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prior: torch.Tensor | None = None,
+                              scale: float | None = None) -> torch.Tensor:
+    """Causal attention with a per-key log-prior, in float64 (the result is float64, differentiable).
+
+    Shapes as :func:`attnlab.functional.kernels.prior_attention`: q [B, H, T, D]; k, v [B, Hkv, T, D]; prior
+    [B or 1, 1 or Hkv or H, T] or None (one prior per K/V head when it has Hkv heads and Hkv < H).
+    """
+    b, h, t, d = q.shape
+    hkv = k.shape[1]
+    group = h // hkv
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    q, k, v = q.double(), k.double(), v.double()
+    k = k.repeat_interleave(group, dim=1)  # query head h reads K/V head h // group
+    v = v.repeat_interleave(group, dim=1)
+    s = q @ k.transpose(-1, -2) * scale  # s_ij = q_i . k_j * scale
+    if prior is not None:
+        p = prior.double()
+        if p.shape[1] == hkv and hkv != h:
+            p = p.repeat_interleave(group, dim=1)
+        s = s + p.unsqueeze(-2)  # + p_j, the same for every query i
+    later = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)  # j > i
+    a = torch.softmax(s.masked_fill(later, float("-inf")), dim=-1)
+    return a @ v  # o_i = sum_{j <= i} a_ij v_j
