@@ -189,3 +189,10 @@ def test_bad_block_is_a_one_line_error():
     q, k, v, p, _ = make(1, 1, 1, 7, 16, "kv", torch.float32)
     with pytest.raises(ValueError, match=r"block_m=24; allowed: a power of two, at least 16"):
         prior_attention(q, k, v, p, block_m=24)
+
+
+def test_too_large_for_32_bit_offsets_is_a_one_line_error():
+    big = torch.zeros(1, 1, 1, 16).expand(2**15, 64, 64, 16)  # 2**31 elements as a view: no memory
+    with pytest.raises(ValueError, match=r"q has 2147483648 elements; allowed: fewer than 2\*\*31") as caught:
+        prior_attention(big, big, big)
+    assert "\n" not in str(caught.value)

@@ -206,6 +206,8 @@ def _check(q, k, v, prior, scale):
             _fail(f"{name} has dtype {x.dtype}; allowed: float16, bfloat16, float32")
         if x.device != q.device:
             _fail(f"{name} is on {x.device} but q is on {q.device}; all inputs must share one device")
+        if x.numel() >= 2**31:
+            _fail(f"{name} has {x.numel()} elements; allowed: fewer than 2**31 (the kernels index in 32 bits)")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         _fail(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     b, h, t, d = q.shape
