@@ -18,6 +18,7 @@ from typing import NamedTuple
 from .configio import from_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
 from .switches import BACKENDS, CAUSAL_NORMALIZERS, KERNELS, MASK_FORMS, MECHANISM_NORMALIZERS, NORMALIZERS, uses_sdpa
+from .switches import TRITON_DTYPES
 from .mechanisms.heads.config import FLAT_NAMES as HEAD_FLAT_NAMES
 from .mechanisms.heads.config import HeadMixConfig
 from .mechanisms.heads.config import fold_flat as fold_heads
@@ -142,6 +143,9 @@ class AttentionConfig:
                 f"attention.backend='sdpa' cannot compute normalizer={self.normalizer!r}, "
                 f"mask_form={self.mask_form!r}{extra}; use backend='auto' or 'explicit'"
             )
+        if self.backend == "triton" and _triton_misfits(self):
+            raise ConfigError(f"attention.backend='triton' cannot compute {', '.join(_triton_misfits(self))} (allowed: "
+                              f"{TRITON_CONFIG}); use backend='auto', 'sdpa' or 'explicit'")
         if self.n_head is not None and self.n_kv_head is not None and self.n_head % self.n_kv_head:
             raise ConfigError(
                 f"attention.n_head={self.n_head} is not divisible by attention.n_kv_head={self.n_kv_head}; "
@@ -324,13 +328,15 @@ class Route(NamedTuple):
     """How one attention layer computes, decided once by :func:`route`.
 
     path: "sdpa" (torch's fused scaled_dot_product_attention, masks and priors as a float mask), "explicit" (the
-    formula step by step, [T, T] weights) or "prefix_blocks" (the low-rank prefix magnitude form block by block,
-    attnlab.mechanisms.magnitude.prefix_blocks: no [T, T] matrix kept).
+    formula step by step, [T, T] weights), "prefix_blocks" (the low-rank prefix magnitude form block by block,
+    attnlab.mechanisms.magnitude.prefix_blocks: no [T, T] matrix kept) or "triton" (the fused kernel for causal
+    softmax with a per-key log-prior, attnlab.functional.kernels.prior_attention: no [T, T] matrix either).
     forced: why a request took a slower path than the configuration's own (None when it did not).
     cacheable: whether a K/V cache gives exactly the full forward's output (causal, no magnitude weights, no count
     prior: those need the whole prefix at every token, attnlab.nn.kv_cache; no selective attention, whose penalty
     for a new query sums the selection scores of every earlier query; differential attention caches
-    its keys and values like softmax attention, each map a softmax over the cached keys).
+    its keys and values like softmax attention, each map a softmax over the cached keys; not backend "triton",
+    whose kernel takes as many keys as queries).
     """
 
     path: str
@@ -338,17 +344,26 @@ class Route(NamedTuple):
     cacheable: bool
 
 
-ROUTES = ("sdpa", "explicit", "prefix_blocks")
+ROUTES = ("sdpa", "explicit", "prefix_blocks", "triton")
 GPU_MIN_BLOCK = 256  # magnitude.block=None on a device other than the CPU: at least this many queries per block
+TRITON_CONFIG = ("causal=true, kernel='dot', normalizer='softmax', mask_form='additive', magnitude 'off' or a per-key "
+                 "form ('causal', 'global'), count_prior=false, sink=false, selective=false, heads.mix 'concat' or "
+                 "'moh', differential=false")
 
 
-def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool = False) -> Route:
+def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool = False, device: str | None = None,
+          dtype: str | None = None) -> Route:
     """The one decision of how a layer with config ``cfg`` computes its attention.
 
     return_weights: the caller wants the [T, T] weights; dropout: attention dropout is active (training with
-    dropout > 0). Either can force a slower path (the prefix blocks keep no weights and have no dropout; SDPA
-    returns no weights); :func:`say_route` logs it once.
+    dropout > 0). Either can force a slower path (the prefix blocks and the Triton kernel keep no weights and have
+    no dropout; SDPA returns no weights); :func:`say_route` logs it once. device, dtype: the inputs' device type
+    ("cuda", "cpu") and dtype name ("float32"), when known; "auto" picks the Triton kernel on "cuda" only.
 
+    - "triton" for backend "triton", and for backend "auto" on CUDA, in float16, bfloat16 or float32, when Triton
+      can run there (attnlab.functional.kernels.available) and the configuration is causal dot-product softmax with
+      the additive mask and a per-key logit prior (magnitude form 'causal' or 'global' with apply='logits') and
+      nothing the kernel does not compute (:data:`TRITON_CONFIG`);
     - "prefix_blocks" for the prefix magnitude form with the low-rank solver inside causal dot-product softmax with
       the additive mask, no head mixing inside the softmax, no count prior, no sink, no selective attention and
       backend "auto";
@@ -365,20 +380,47 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
     value_gate = _form(cfg) == "prefix" and m.apply == "values"
     reducible = uses_sdpa(normalizer=cfg.normalizer, causal=cfg.causal, mask_form=cfg.mask_form,
                           value_gate=value_gate, head_mix=logit_mix or cfg.selective)
+    per_key = m is not None and m.apply == "logits" and m.form != "prefix"
+    dtype_fits = dtype is None or dtype in TRITON_DTYPES
+    triton = cfg.backend == "triton" or (
+        cfg.backend == "auto" and device == "cuda" and per_key and dtype_fits and not _triton_misfits(cfg)
+        and _triton_available())
     general = "sdpa" if reducible and cfg.backend != "explicit" and not return_weights else "explicit"
-    own = "prefix_blocks" if blocks else ("sdpa" if reducible and cfg.backend != "explicit" else "explicit")
+    own = "triton" if triton else "prefix_blocks" if blocks else (
+        "sdpa" if reducible and cfg.backend != "explicit" else "explicit")
     reasons = []
     if return_weights and own != "explicit":
         reasons.append("the weights were requested")
-    if dropout and own == "prefix_blocks":
+    if dropout and own in ("prefix_blocks", "triton"):
         reasons.append("attention dropout is on")
+    if cfg.backend == "triton" and not dtype_fits:
+        reasons.append(f"the inputs are {dtype} (allowed: {', '.join(TRITON_DTYPES)})")
     path = general if reasons else own
     forced = None if not reasons else f"{' and '.join(reasons)}: the {own} path gives way to the {path} one"
-    if reasons and cfg.backend == "sdpa":
-        raise ConfigError(f"attention.backend='sdpa' cannot compute this request ({' and '.join(reasons)}); use "
-                          f"backend='auto' or 'explicit'")
-    cacheable = cfg.causal and m is None and not cfg.count_prior and not cfg.selective
+    if reasons and cfg.backend in ("sdpa", "triton"):
+        raise ConfigError(f"attention.backend={cfg.backend!r} cannot compute this request ({' and '.join(reasons)}); "
+                          f"use backend='auto' or 'explicit'")
+    cacheable = cfg.causal and m is None and not cfg.count_prior and not cfg.selective and cfg.backend != "triton"
     return Route(path, forced, cacheable)
+
+
+def _triton_misfits(cfg: "AttentionConfig") -> list[str]:
+    """The fields of cfg that keep it off the Triton kernel (causal dot-product softmax with the additive mask and a
+    per-key log-prior or none, attnlab.functional.kernels.prior_attention), as "name=value" items."""
+    return [item for item, ok in (
+        ("causal=false", cfg.causal), (f"kernel={cfg.kernel!r}", cfg.kernel == "dot"),
+        (f"normalizer={cfg.normalizer!r}", cfg.normalizer == "softmax"),
+        (f"mask_form={cfg.mask_form!r}", cfg.mask_form == "additive"),
+        ("magnitude form 'prefix' (per (i, j))", _form(cfg) != "prefix"),
+        ("count_prior=true (per (i, j))", not cfg.count_prior), ("sink=true", not cfg.sink),
+        ("selective=true", not cfg.selective), (f"heads.mix={cfg.heads.mix!r}", cfg.heads.mix not in LOGIT_MIXES),
+        ("differential=true", not cfg.differential)) if not ok]
+
+
+def _triton_available() -> bool:
+    """Whether the Triton kernels can run (attnlab.functional.kernels.available; imported only when asked)."""
+    from .functional.kernels import available
+    return available()
 
 
 @functools.cache
@@ -401,5 +443,5 @@ def _form(cfg: "AttentionConfig") -> str:
     return "off" if cfg.magnitude is None else cfg.magnitude.form
 
 
-__all__ = ["AttentionConfig", "GPU_MIN_BLOCK", "HeadMixConfig", "LEARNED_MODES", "MagnitudeConfig", "PROJECTION_MODES", "ProjectionConfig", "QK_NORMS",
+__all__ = ["AttentionConfig", "GPU_MIN_BLOCK", "TRITON_CONFIG", "HeadMixConfig", "LEARNED_MODES", "MagnitudeConfig", "PROJECTION_MODES", "ProjectionConfig", "QK_NORMS",
            "ROUTES", "Route", "prefix_block", "route", "say_route"]

@@ -10,7 +10,9 @@ MECHANISM_NORMALIZERS = ("softpick", "stickbreaking")  # attnlab.mechanisms.norm
 NORMALIZERS = BUILTIN_NORMALIZERS + MECHANISM_NORMALIZERS
 CAUSAL_NORMALIZERS = ("stickbreaking",)  # the stick is broken over the keys before the query: causal attention only
 MASK_FORMS = ("additive", "renormalize")  # the masking write-up's two forms (attnlab.functional.masks)
-BACKENDS = ("auto", "sdpa", "explicit")
+BACKENDS = ("auto", "sdpa", "explicit", "triton")
+TRITON_DTYPES = ("float16", "bfloat16", "float32")  # what attnlab.functional.kernels.prior_attention takes
+TRITON_INSTALL = "pip install 'attnlab[kernels]'"
 
 
 def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", return_weights=False, backend="auto",
@@ -32,3 +34,23 @@ def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", retur
             "attention) or return weights; use backend='auto' or 'explicit'"
         )
     return reducible and backend != "explicit"
+
+
+def triton_misfits(*, causal=True, kernel="dot", normalizer="softmax", mask_form="additive", return_weights=False,
+                   dropout=False, value_gate=False, head_mix=False, sink=False, pair_prior=False) -> list[str]:
+    """What keeps these options off the Triton kernel (attnlab.functional.kernels.prior_attention), as "name=value"
+    items; empty when they fit. The kernel computes causal softmax(q k' s + p_j) v with a per-key log-prior p_j
+    (or none) and the additive mask, nothing else: no weights returned, no dropout, no per-(i, j) gate or prior
+    (pair_prior), no logits mixed across heads, no sink column. attnlab.attention_config.route and
+    attnlab.functional.attention.attention ask it, each adding what only it knows (keys vs queries, dtype)."""
+    name = normalizer if isinstance(normalizer, str) else getattr(normalizer, "__name__", "a function")
+    checks = ((f"causal={causal}", causal), (f"kernel={kernel!r}", kernel == "dot"),
+              (f"normalizer={name!r}", normalizer == "softmax"), (f"mask_form={mask_form!r}", mask_form == "additive"),
+              ("return_weights=True", not return_weights), ("dropout > 0", not dropout),
+              ("a value_gate", not value_gate), ("heads mixed inside the softmax", not head_mix),
+              ("a sink", not sink), ("a per-(i, j) logit_prior", not pair_prior))
+    return [label for label, ok in checks if not ok]
+
+
+TRITON_ALLOWED = ("causal, kernel='dot', normalizer='softmax', mask_form='additive', a per-key logit prior or none, no "
+                  "weights returned, no dropout, no value gate, head mixing or sink")

@@ -7,7 +7,8 @@ with z from a kernel (attnlab.functional.scores), causal masking in either form 
 to softmax(q k' s + mask) v, the call goes to torch's fused scaled_dot_product_attention (SDPA); the
 explicit path computes the same formula step by step and can return the weights. An additive logit prior
 (the Magnitude Attention write-up's magnitude weights as a prior, p_ij proportional to w_ij exp(z_ij)) is one more float mask, so it keeps
-SDPA (the causal -inf folded into the same mask).
+SDPA (the causal -inf folded into the same mask). Causal softmax with a per-key prior (or none) can also go to the
+Triton kernel attnlab.functional.kernels.prior_attention (backend "triton"; "auto" on CUDA with a per-key prior).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ..switches import BACKENDS, BUILTIN_NORMALIZERS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa  # noqa: F401
+from ..switches import TRITON_ALLOWED, TRITON_DTYPES, TRITON_INSTALL, triton_misfits
 from .masks import causal_keep, mask_renormalize_softmax
 from .scores import default_scale, dot_logits, rbf_augment, rbf_logits
 
@@ -98,6 +100,11 @@ def attention(
         every query sees, p_ij = exp(z_ij) / (exp(s_h) + sum_k exp(z_ik)); dot-product softmax with the additive
         mask only (the rbf path's logits are exact only up to a per-row constant, which s_h would not share). The
         returned weights leave the sink's column out (rows sum to < 1).
+    backend: "auto" (SDPA whenever the options reduce to it, else the explicit path; on CUDA, causal softmax with a
+        per-key logit_prior [B, H or Hkv, S] that fits the Triton kernel goes to it), "sdpa", "explicit", or
+        "triton": attnlab.functional.kernels.prior_attention, causal dot-product softmax with the additive mask, a
+        per-key prior or none, as many keys as queries, values as wide as keys, float16 / bfloat16 / float32, no
+        attn_mask, value_gate, head_mix, logit_fn, sink, dropout or weights (anything else is a one-line error).
     causal with more keys than queries (S > T, decoding with a K/V cache): query i sits at position S - T + i and
     sees keys j <= S - T + i (attnlab.functional.masks.causal_keep).
     Returns the output [B, H, T, dv], or (output, weights [B, H, T, S]) when return_weights.
@@ -122,6 +129,26 @@ def attention(
                 logit_prior.dim() == 4 and logit_prior.shape[-2] != t):
             raise ValueError(f"logit_prior must have shape [B, H or Hkv, {s}] or [B, H or Hkv, {t}, {s}], "
                              f"got {tuple(logit_prior.shape)}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}; allowed: {', '.join(map(repr, BACKENDS))}")
+    if backend == "triton" or (backend == "auto" and q.device.type == "cuda" and logit_prior is not None
+                               and logit_prior.dim() == 3):
+        misfits = triton_misfits(causal=causal, kernel=kernel, normalizer=normalizer, mask_form=mask_form,
+                                 return_weights=return_weights, dropout=dropout_p > 0.0,
+                                 value_gate=value_gate is not None, head_mix=head_mix is not None or logit_fn is not None,
+                                 sink=sink is not None, pair_prior=logit_prior is not None and logit_prior.dim() == 4)
+        misfits += ["an attn_mask"] if attn_mask is not None else []
+        misfits += [f"{s} keys for {t} queries (a K/V cache)"] if s != t else []
+        misfits += [f"values {v.shape[-1]} wide for keys {d} wide"] if v.shape[-1] != d else []
+        misfits += [f"dtype {str(q.dtype).removeprefix('torch.')}"] if str(q.dtype).removeprefix("torch.") not in TRITON_DTYPES else []
+        if backend == "triton":
+            if misfits:
+                raise ValueError(f"backend='triton' cannot compute {', '.join(misfits)}; it takes {TRITON_ALLOWED}, "
+                                 f"in {', '.join(TRITON_DTYPES)}; use backend='auto', 'sdpa' or 'explicit'")
+            _check_triton(q.device)
+        if not misfits and _triton_runs():
+            return _prior_kernel(q, k, v, logit_prior, scale / temperature)
+    if logit_prior is not None:
         logit_prior = repeat_kv(logit_prior, h // logit_prior.shape[1])  # [B, H, S] or [B, H, T, S]
         logit_prior = logit_prior.unsqueeze(-2) if logit_prior.dim() == 3 else logit_prior  # [B, H, 1 or T, S]
     if sink is not None and (kernel != "dot" or normalizer != "softmax" or (causal and mask_form == "renormalize")
@@ -201,6 +228,35 @@ def attention(
     else:
         out = (weights * repeat_kv(value_gate, h // value_gate.shape[1])) @ v  # o_i = sum_j p_ij g_ij v_j (Magnitude Attention write-up)
     return (out, weights) if return_weights else out
+
+
+def _triton_runs() -> bool:
+    """Whether the Triton kernels can run here (attnlab.functional.kernels.available)."""
+    from .kernels import available
+    return available()
+
+
+def _check_triton(device: torch.device) -> None:
+    """A one-line error when backend='triton' cannot run on ``device``: triton missing, or neither CUDA nor
+    Triton's CPU interpreter."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        raise ValueError(f"backend='triton' needs triton, which is not installed: {TRITON_INSTALL}")
+    if device.type != "cuda" and not _triton_runs():
+        raise ValueError(f"backend='triton' runs on CUDA or under Triton's CPU interpreter (TRITON_INTERPRET=1 before "
+                         f"triton is imported); the inputs are on {device.type} and the interpreter is off")
+
+
+def _prior_kernel(q, k, v, prior, scale):
+    """causal softmax(q k' scale + p_j) v by attnlab.functional.kernels.prior_attention; prior [B|1, Hp, S] or None,
+    its heads repeated to H unless the kernel takes them as they are (1, Hkv or H)."""
+    from .kernels.prior_attention import prior_attention
+
+    h, h_kv = q.shape[1], k.shape[1]
+    if prior is not None and prior.shape[1] not in (1, h_kv, h):
+        prior = repeat_kv(prior, h // prior.shape[1])
+    return prior_attention(q, k, v, prior, scale)
 
 
 def _sink_key(k, v, mask, sink, h, t, s):

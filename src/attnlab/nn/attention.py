@@ -194,13 +194,18 @@ class Attention(nn.Module):
         if cfg.count_prior and count_prior is None:
             raise ConfigError("attention.count_prior=true needs the token ids' count prior: pass count_prior="
                               "count_log_prior(idx) (attnlab.GPT does)")
-        how = route(cfg, return_weights=return_weights, dropout=self.training and self.attn_dropout > 0)
+        how = route(cfg, return_weights=return_weights, dropout=self.training and self.attn_dropout > 0,
+                    device=x.device.type, dtype=str(x.dtype).removeprefix("torch."))
         if how.forced:
             say_route(how.forced)
+        elif how.path == "triton":
+            say_route(f"the triton path (attnlab.functional.kernels.prior_attention) on {x.device.type}, "
+                      f"backend={cfg.backend!r}")
         if kv is not None and not how.cacheable:
             raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate, count prior "
-                              f"or selective attention (this layer: causal={cfg.causal}, magnitude="
-                              f"{cfg.magnitude!r}, count_prior={cfg.count_prior}, selective={cfg.selective})")
+                              f"or selective attention, off backend 'triton' (this layer: causal={cfg.causal}, "
+                              f"magnitude={cfg.magnitude!r}, count_prior={cfg.count_prior}, selective={cfg.selective}, "
+                              f"backend={cfg.backend!r})")
         offset = 0 if kv is None else kv.length
         latent_cache = kv is not None and self.kv_latent is not None  # MLA caches c, not K and V
         if latent_cache:  # K, V of every cached position rebuilt from the latents c [B, S, d_c]
