@@ -38,8 +38,8 @@ def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", retur
 
 def triton_misfits(*, causal=True, kernel="dot", normalizer="softmax", mask_form="additive", return_weights=False,
                    dropout=False, value_gate=False, head_mix=False, sink=False, pair_prior=False) -> list[str]:
-    """What keeps these options off the Triton kernel (attnlab.functional.kernels.prior_attention), as "name=value"
-    items; empty when they fit. The kernel computes causal softmax(q k' s + p_j) v with a per-key log-prior p_j
+    """What keeps these options off the Triton kernel (attnlab.functional.kernels.prior_attention), as short
+    labels for a one-line error ("kernel='rbf'", "a sink"); empty when they fit. The kernel computes causal softmax(q k' s + p_j) v with a per-key log-prior p_j
     (or none) and the additive mask, nothing else: no weights returned, no dropout, no per-(i, j) gate or prior
     (pair_prior), no logits mixed across heads, no sink column. attnlab.attention_config.route and
     attnlab.functional.attention.attention ask it, each adding what only it knows (keys vs queries, dtype)."""
