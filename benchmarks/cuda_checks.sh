@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The GPU checks and measurements in one command, each step bounded, logs and JSON under $1 (default $OUT or ./cuda-out):
-#   first the Triton kernels: tests/test_prior_kernel.py compiled on the GPU (float32 and bfloat16, -rA so each case
-#   is named; test_prior_kernel.log) and benchmarks/kernels.py (the per-key prior kernel against SDPA flash, the float
-#   mask and FlexAttention at T = 1024, 4096, 8192 in bfloat16, with peak memory; kernels.json). KERNELS_ONLY=1 stops
-#   there. Then tests/test_cuda.py (every GPU test, -rA so each one is named), benchmarks/magnitude.py --long (the
-#   long-context magnitude rows, the block form of the low-rank prefix layer included), benchmarks/attention_layer.py
-#   in bfloat16 (every registered variant's layer), and a 30-step probe of training at T = 1024 (the magnitude-long
-#   experiment's shape) per variant, to size a longer comparison; the block sweep of the low-rank prefix layer (blocks
-#   of 64 to 512 against the explicit path, magnitude_chunks.json). Ten files land in the folder. Missing pure-Python
-#   dependencies can travel as wheels in .whl/.
+#   first the Triton kernels: tests/test_prior_kernel.py and tests/test_lowrank_prior_kernel.py compiled on the GPU
+#   (float32 and bfloat16, -rA so each case is named; test_prior_kernel.log), benchmarks/kernels.py for the per-key
+#   prior kernel against SDPA flash, the float mask and FlexAttention (kernels.json) and for the low-rank prefix prior
+#   kernel at r = 16 against SDPA flash, the dense prior as a float mask and the PyTorch block path
+#   (kernels_lowrank.json), at T = 1024, 4096, 8192 in bfloat16, with peak memory. KERNELS_ONLY=1 stops there
+#   (within ten minutes). Then tests/test_cuda.py (every GPU test, -rA so each one is named), benchmarks/magnitude.py
+#   --long (the long-context magnitude rows, the block form of the low-rank prefix layer included),
+#   benchmarks/attention_layer.py in bfloat16 (every registered variant's layer), and a 30-step probe of training at
+#   T = 1024 (the magnitude-long experiment's shape) per variant, to size a longer comparison; the block sweep of the
+#   low-rank prefix layer (blocks of 64 to 512 against the explicit path, magnitude_chunks.json). Eleven files land in
+#   the folder. Missing pure-Python dependencies can travel as wheels in .whl/.
 #     bash benchmarks/cuda_checks.sh results/benchmarks/cuda
 #     KERNELS_ONLY=1 bash benchmarks/cuda_checks.sh "$OUT"
 cd "$(dirname "$0")/.."
@@ -24,11 +26,16 @@ t0=$(date +%s); stamp() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
   python3 -c "import torch,sys;print(sys.version, torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
   nproc; } > "$DEST/machine.txt" 2>&1
 stamp kernel_tests
-timeout 240 python3 -m pytest -q -rA -p no:cacheprovider tests/test_prior_kernel.py > "$DEST/test_prior_kernel.log" 2>&1
+timeout 200 python3 -m pytest -q -rA -p no:cacheprovider tests/test_prior_kernel.py tests/test_lowrank_prior_kernel.py \
+  > "$DEST/test_prior_kernel.log" 2>&1
 echo "rc $?" >> "$DEST/test_prior_kernel.log"; grep -E "passed|failed|FAILED|rc " "$DEST/test_prior_kernel.log" | tail -8
 stamp kernel_bench
-timeout 300 python3 benchmarks/kernels.py --repeats 10 > "$DEST/kernels.json" 2> /tmp/kernels.err
+timeout 220 python3 benchmarks/kernels.py --repeats 10 --families perkey > "$DEST/kernels.json" 2> /tmp/kernels.err
 echo "rc $?"; tail -3 /tmp/kernels.err
+stamp kernel_bench_lowrank
+timeout 170 python3 benchmarks/kernels.py --repeats 10 --families lowrank > "$DEST/kernels_lowrank.json" \
+  2> /tmp/kernels_lowrank.err
+echo "rc $?"; tail -3 /tmp/kernels_lowrank.err
 if [ "${KERNELS_ONLY:-0}" = 1 ]; then stamp done; exit 0; fi
 stamp tests
 timeout 180 python3 -m pytest -q -s -rA -p no:cacheprovider tests/test_cuda.py > "$DEST/test_cuda.log" 2>&1

@@ -1,5 +1,5 @@
-"""Benchmark: the Triton per-key prior kernel (attnlab.functional.kernels.prior_attention) against the other GPU
-routes to the same attention, forward+backward, as ratios to SDPA's flash kernel measured in the same run.
+"""Benchmark: the Triton prior kernels (attnlab.functional.kernels.prior_attention, lowrank_prior_attention) against
+the other GPU routes to the same attention, forward+backward, as ratios to SDPA's flash kernel measured in the same run.
 
 Routes, all causal, B = 4, H = 12, D = 64, bfloat16 by default, at T = 1024, 4096, 8192:
   sdpa_flash        F.scaled_dot_product_attention, flash backend, no prior: the floor (ratio 1)
@@ -7,10 +7,19 @@ Routes, all causal, B = 4, H = 12, D = 64, bfloat16 by default, at T = 1024, 409
   kernel_no_prior   prior_attention(q, k, v): the kernel's own cost against flash on the same work
   sdpa_float_mask   SDPA with the prior as a float [B, H, T, T] mask (causal -inf plus p_j), built in the call
   flex              FlexAttention (compiled), score_mod s + p[b, h, kv], a causal block mask
+The low-rank prefix prior (rows under "lowrank", rank --rank = 16, factors phi, c [B, H, T, r] and lam [B, H, T] in
+float32, the prior log max(M_ij, 1e-4) with M_ij = (1 - phi_j . c_i) / lam_j):
+  sdpa_flash        as above: the floor (ratio 1)
+  kernel            lowrank_prior_attention(q, k, v, phi, lam, c): gradients to q, k, v, phi, lam, c
+  sdpa_float_mask   SDPA with the dense prior as a float [B, H, T, T] mask (M built whole in the call, then the
+                    causal -inf), gradients through it to the factors
+  prefix_blocks     attnlab.mechanisms.magnitude.prefix_blocks.lowrank_prefix_attention with prior_floor, blocks of
+                    64: the PyTorch path the kernel is to replace (K/V in bfloat16, M in float32)
 Every route is called once per round in turn (CUDA events, after two warm-up calls each), medians over --repeats
 rounds; ratio = the route's median / sdpa_flash's median. Peak memory: torch.cuda.max_memory_allocated over one
 call minus the memory held before it. A route that runs out of memory or fails is reported with its error. The
 kernel's output is also compared with the float-mask route's (max |difference|) at every T, as a sanity check.
+--families picks the groups of rows (default both: "perkey" under "rows", "lowrank" under "lowrank").
 
     python benchmarks/kernels.py                         # on a CUDA device; prints one JSON object
     python benchmarks/kernels.py --seqs 1024 --repeats 3
@@ -91,8 +100,15 @@ def measure(seq, args):
         diff = prior_attention(q, k, v, p).float() - ref.float()
         row["kernel_max_abs_diff_vs_float_mask"] = diff.abs().max().item()
         del mask, ref, diff
-    fns = routes(*leaves, do)
-    ok = {}
+    row["routes"] = time_routes(routes(*leaves, do), leaves, args.repeats)
+    return row
+
+
+def time_routes(fns, leaves, repeats):
+    """{name: {"ms", "ratio", "peak_mib"} or {"error"}} for every route in fns; ratio to fns["sdpa_flash"]."""
+    import torch
+
+    out, ok = {}, {}
     for name, fn in fns.items():
         try:
             for _ in range(2):
@@ -108,11 +124,11 @@ def measure(seq, args):
             peak = (torch.cuda.max_memory_allocated() - before) / 2**20
             ok[name] = {"peak_mib": round(peak, 1), "times": []}
         except Exception as exc:  # out of memory, or a route this torch lacks
-            row["routes"][name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+            out[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
             torch.cuda.empty_cache()
         for x in leaves:
             x.grad = None
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         for name in ok:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -125,7 +141,76 @@ def measure(seq, args):
     floor = statistics.median(ok["sdpa_flash"]["times"]) if "sdpa_flash" in ok else float("nan")
     for name, r in ok.items():
         ms = statistics.median(r["times"])
-        row["routes"][name] = {"ms": round(ms, 4), "ratio": round(ms / floor, 3), "peak_mib": r["peak_mib"]}
+        out[name] = {"ms": round(ms, 4), "ratio": round(ms / floor, 3), "peak_mib": r["peak_mib"]}
+    return out
+
+
+LOWRANK_FLOOR = 1e-4  # the floor of the magnitude prior (attnlab.mechanisms.magnitude.names.PRIOR_FLOOR)
+
+
+def dense_lowrank_mask(phi, lam, c, dtype):
+    """The low-rank prior as a float [B, H, T, T] mask: log max(M_ij, floor) for j <= i, -inf after i."""
+    import torch
+
+    t = phi.shape[2]
+    m = (1.0 - c @ phi.mT) / lam[..., None, :]  # M_ij = (1 - phi_j . c_i) / lam_j, float32
+    later = torch.ones(t, t, dtype=torch.bool, device=phi.device).triu(1)
+    return m.clamp_min(LOWRANK_FLOOR).log().to(dtype).masked_fill(later, float("-inf"))
+
+
+def lowrank_routes(q, k, v, phi, lam, c, do):
+    """{name: a function that runs one forward+backward} for the low-rank prior; every input a leaf."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from attnlab.functional.kernels import lowrank_prior_attention
+    from attnlab.mechanisms.magnitude.prefix_blocks import lowrank_prefix_attention
+
+    scale = 1.0 / math.sqrt(q.shape[-1])
+
+    def sdpa_flash():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(do)
+
+    def kernel():
+        lowrank_prior_attention(q, k, v, phi, lam, c, prior_floor=LOWRANK_FLOOR, scale=scale).backward(do)
+
+    def sdpa_float_mask():
+        mask = dense_lowrank_mask(phi, lam, c, q.dtype)
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask).backward(do)
+
+    def prefix_blocks():
+        lowrank_prefix_attention(q, k, v, phi, lam, c, scale=scale, prior_floor=LOWRANK_FLOOR, block=64).backward(do)
+
+    return {"sdpa_flash": sdpa_flash, "kernel": kernel, "sdpa_float_mask": sdpa_float_mask,
+            "prefix_blocks": prefix_blocks}
+
+
+def measure_lowrank(seq, args):
+    import torch
+
+    from attnlab.functional.kernels import lowrank_prior_attention
+
+    dev, dtype = torch.device("cuda"), getattr(torch, args.dtype)
+    g = torch.Generator(device=dev).manual_seed(0)
+    b, h, d, r = args.batch, args.heads, args.head_dim, args.rank
+    q, k, v, do = (torch.randn(b, h, seq, d, device=dev, dtype=dtype, generator=g) for _ in range(4))
+    phi = torch.randn(b, h, seq, r, device=dev, generator=g) * (0.5 / math.sqrt(r))  # phi . c ~ N(0, 1/4)
+    c = torch.randn(b, h, seq, r, device=dev, generator=g)
+    lam = 0.2 + 0.8 * torch.rand(b, h, seq, device=dev, generator=g)
+    leaves = [x.requires_grad_() for x in (q, k, v, phi, lam, c)]
+    row = {"T": seq, "rank": r, "routes": {}}
+    with torch.no_grad():
+        try:
+            ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=dense_lowrank_mask(phi, lam, c,
+                                                                                                         dtype))
+            mine = lowrank_prior_attention(q, k, v, phi, lam, c, prior_floor=LOWRANK_FLOOR)
+            row["kernel_max_abs_diff_vs_float_mask"] = (mine.float() - ref.float()).abs().max().item()
+            del ref, mine
+        except torch.cuda.OutOfMemoryError as exc:
+            row["kernel_max_abs_diff_vs_float_mask"] = f"not checked: {str(exc).splitlines()[0][:120]}"
+        torch.cuda.empty_cache()
+    row["routes"] = time_routes(lowrank_routes(*leaves, do), leaves, args.repeats)
     return row
 
 
@@ -137,17 +222,21 @@ def main(argv=None) -> int:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--rank", type=int, default=16, help="rank r of the low-rank prefix prior's factors")
+    parser.add_argument("--families", nargs="+", choices=["perkey", "lowrank"], default=["perkey", "lowrank"],
+                        help="which kernels' rows to measure")
     args = parser.parse_args(argv)
     import torch
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py needs a CUDA device (torch sees none); nothing measured")
         return 0
     import triton
-    rows = [measure(seq, args) for seq in args.seqs]
+    rows = [measure(seq, args) for seq in args.seqs] if "perkey" in args.families else []
+    lowrank = [measure_lowrank(seq, args) for seq in args.seqs] if "lowrank" in args.families else []
     print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                       "triton": triton.__version__, "batch": args.batch, "heads": args.heads,
                       "head_dim": args.head_dim, "dtype": args.dtype, "repeats": args.repeats,
-                      "pass": "forward+backward", "rows": rows}, indent=1))
+                      "pass": "forward+backward", "rows": rows, "lowrank": lowrank}, indent=1))
     return 0
 
 

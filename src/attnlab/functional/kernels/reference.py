@@ -5,6 +5,8 @@
     o_i  = sum_j a_ij v_j
 
 The whole [T, T] score matrix is built, masked and normalised with torch.softmax; gradients come from autograd.
+:func:`lowrank_prior_attention_reference` does the same for :mod:`.lowrank_prior_attention`, with the prior
+log max(M_ij, floor) of the low-rank factors built as a whole [T, T] matrix.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import math
 
 import torch
 
-__all__ = ["prior_attention_reference"]
+__all__ = ["lowrank_prior_attention_reference", "prior_attention_reference"]
 
 
 def prior_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prior: torch.Tensor | None = None,
@@ -36,6 +38,36 @@ def prior_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         if p.shape[1] == hkv and hkv != h:
             p = p.repeat_interleave(group, dim=1)
         s = s + p.unsqueeze(-2)  # + p_j, the same for every query i
+    later = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)  # j > i
+    a = torch.softmax(s.masked_fill(later, float("-inf")), dim=-1)
+    return a @ v  # o_i = sum_{j <= i} a_ij v_j
+
+
+def lowrank_prior_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, phi: torch.Tensor,
+                                      lam: torch.Tensor, c: torch.Tensor, prior_floor: float,
+                                      scale: float | None = None) -> torch.Tensor:
+    """Causal attention with the low-rank prefix prior, in float64 (the result is float64, differentiable):
+
+        M_ij = (1 - phi_j . c_i) / lam_j
+        s_ij = q_i . k_j * scale + log max(M_ij, prior_floor)
+        o_i  = sum_{j <= i} softmax_j(s_ij) v_j
+
+    the formula of :mod:`.lowrank_prior_attention`, with the [T, T] matrices built whole. Shapes as
+    :func:`attnlab.functional.kernels.lowrank_prior_attention`: q [B, H, T, D]; k, v [B, Hkv, T, D]; phi, c
+    [B or 1, 1 or Hkv or H, T, r], lam [B or 1, 1 or Hkv or H, T] (one set per K/V head when they have Hkv heads and
+    Hkv < H).
+    """
+    b, h, t, d = q.shape
+    hkv = k.shape[1]
+    group = h // hkv
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    q, k, v, phi, lam, c = (x.double() for x in (q, k, v, phi, lam, c))
+    k = k.repeat_interleave(group, dim=1)  # query head h reads K/V head h // group
+    v = v.repeat_interleave(group, dim=1)
+    if phi.shape[1] == hkv and hkv != h:
+        phi, lam, c = (x.repeat_interleave(group, dim=1) for x in (phi, lam, c))
+    m = (1.0 - c @ phi.transpose(-1, -2)) / lam.unsqueeze(-2)  # M_ij = (1 - phi_j . c_i) / lam_j
+    s = q @ k.transpose(-1, -2) * scale + torch.log(m.clamp_min(prior_floor))  # + log max(M_ij, floor)
     later = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)  # j > i
     a = torch.softmax(s.masked_fill(later, float("-inf")), dim=-1)
     return a @ v  # o_i = sum_{j <= i} a_ij v_j

@@ -1,0 +1,408 @@
+"""Causal attention with the low-rank prefix magnitude prior, as fused Triton kernels (forward and backward).
+
+    o_i  = sum_{j <= i} a_ij v_j,   a_ij = softmax_j(s_ij)
+    s_ij = q_i . k_j * scale + log max(M_ij, floor)
+    M_ij = (1 - phi_j . c_i) / lambda_j
+
+M_ij is key j's magnitude weight inside query i's prefix as the low-rank solver writes it
+(:func:`attnlab.mechanisms.magnitude.lowrank.lowrank_prefix`: features phi [T, r], diagonal lambda [T] > 0, prefix
+states c [T, r]); this is the logits form of :func:`attnlab.mechanisms.magnitude.prefix_blocks.lowrank_prefix_attention`
+(its ``prior_floor``), with the same arguments in the same order. M is never stored: each [query block, key block]
+tile builds it from one [block, r] x [r, block] product of c and phi beside the q k' product.
+
+q [B, H, T, D]; k, v [B, Hkv, T, D] with H a multiple of Hkv (GQA: query head h reads K/V head h // (H / Hkv));
+phi, c [Bf, Hf, T, r] and lambda [Bf, Hf, T] with Bf = B or 1 and Hf = 1, Hkv (one set of factors per K/V head, as
+the layer computes them) or H; r from 1 to 64. The factors are read in float32 whatever the dtype of q, k, v, and
+their products are IEEE float32 (M = 1 - phi . c can cancel; TF32 would lose three digits of it).
+
+Gradients (base e; Triton's tiles use base 2 inside, s2 = s * log2(e)). With delta_i = do_i . o_i and
+w_ij = 1 - phi_j . c_i = lambda_j M_ij:
+
+    dv_j = sum_i a_ij do_i,   dS_ij = a_ij (do_i . v_j - delta_i)
+    dq_i = scale sum_j dS_ij k_j,   dk_j = scale sum_i dS_ij q_i
+    dM_ij = dS_ij / M_ij where M_ij >= floor, 0 below it (log max(M, floor) is flat there)
+    G_ij = dM_ij / lambda_j = dS_ij / w_ij  (where M_ij >= floor)
+    dc_i = -sum_j G_ij phi_j,   dphi_j = -sum_i G_ij c_i
+    dlambda_j = -sum_i dM_ij M_ij / lambda_j = -(1 / lambda_j) sum_{i: M_ij >= floor} dS_ij
+
+Structure: as :mod:`.prior_attention`. The forward walks the key blocks of each query block with an online softmax
+and saves the row log-sum-exp. One backward kernel per key block accumulates dk, dv, dphi and dlambda over the
+query blocks and the query heads sharing its K/V head (no atomics); one per query block accumulates dq and dc over
+the key blocks. Memory besides inputs and outputs: O(B H T r) (the log-sum-exp, delta_i, and the factor gradients
+per query head before they are summed to the factors' shapes).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from . import available
+
+__all__ = ["LowrankPriorAttention", "MAX_RANK", "available", "lowrank_prior_attention"]
+
+# The per-key kernel's limits, written again rather than imported: importing the submodule .prior_attention would
+# bind the package's name prior_attention to that module instead of its function (the lazy export).
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_HEAD_DIM = 256
+MAX_RANK = 64
+
+
+@triton.jit
+def _prior_tile(c, phi_t, inv_lam, floor):
+    """(log2 max(M, floor), M, w) of one tile: w_ij = 1 - c_i . phi_j, M_ij = w_ij / lambda_j."""
+    w = 1.0 - tl.dot(c, phi_t, input_precision="ieee")  # w_ij = 1 - phi_j . c_i
+    m = w * inv_lam  # M_ij = w_ij / lambda_j (inv_lam broadcast along the key axis by the caller)
+    return tl.log2(tl.maximum(m, floor)), m, w
+
+
+@triton.jit
+def _forward_kernel(Q, K, V, C, PHI, LAM, O, LSE2,
+                    sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sfb, sfh, slb, slh, sob, soh, sot,
+                    T, H, D, R, GROUP, F_DIV, qk_scale2, floor,
+                    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    hk = h // GROUP  # the K/V head this query head reads
+    hf = h // F_DIV  # the factors' head (stride 0 when one set serves every head)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_r = tl.arange(0, BLOCK_R)
+    row_ok = offs_m < T
+    d_ok = offs_d < D
+    r_ok = offs_r < R
+    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    f_base = b * sfb + hf * sfh
+    c = tl.load(C + f_base + offs_m[:, None] * R + offs_r[None, :], mask=row_ok[:, None] & r_ok[None, :],
+                other=0.0)  # [BLOCK_M, BLOCK_R], zero beyond r: the padding adds nothing to c_i . phi_j
+    k_base = K + b * skb + hk * skh
+    v_base = V + b * svb + hk * svh
+    lam_base = LAM + b * slb + hf * slh
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running row maximum of s2
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum_j exp2(s2_ij - m_i)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)  # running sum_j exp2(s2_ij - m_i) v_j
+    hi = tl.minimum((pid_m + 1) * BLOCK_M, T)  # causal: no key after the block's last query
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < T
+        k_t = tl.load(k_base + offs_n[None, :] * skt + offs_d[:, None],
+                      mask=col_ok[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_N]
+        v = tl.load(v_base + offs_n[:, None] * svt + offs_d[None, :],
+                    mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+        phi_t = tl.load(PHI + f_base + offs_n[None, :] * R + offs_r[:, None],
+                        mask=col_ok[None, :] & r_ok[:, None], other=0.0)  # [BLOCK_R, BLOCK_N]
+        inv_lam = 1.0 / tl.load(lam_base + offs_n, mask=col_ok, other=1.0)
+        prior2, _, _ = _prior_tile(c, phi_t, inv_lam[None, :], floor)
+        s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2 + prior2  # (s q_i . k_j + log max(M_ij, f)) log2 e
+        keep = (offs_n[None, :] <= offs_m[:, None]) & col_ok[None, :]  # j <= i, j < T
+        s2 = tl.where(keep, s2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s2, 1))
+        alpha = tl.exp2(m_i - m_new)  # rescales what was summed under the old maximum
+        e = tl.exp2(s2 - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(e, 1)
+        acc = acc * alpha[:, None] + tl.dot(e.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    out = acc / l_i[:, None]  # o_i = sum_j exp2(s2_ij - m_i) v_j / sum_j exp2(s2_ij - m_i)
+    tl.store(O + b * sob + h * soh + offs_m[:, None] * sot + offs_d[None, :], out.to(O.dtype.element_ty),
+             mask=row_ok[:, None] & d_ok[None, :])
+    tl.store(LSE2 + pid_bh * T + offs_m, m_i + tl.log2(l_i), mask=row_ok)  # lse2_i = log2 sum_j exp2(s2_ij)
+
+
+@triton.jit
+def _dkdv_kernel(Q, K, V, C, PHI, LAM, DO, LSE2, DELTA, DK, DV, DPHI, DLAM,
+                 sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sfb, sfh, slb, slh, sdb, sdh, sdt,
+                 T, HKV, D, R, GROUP, F_DIV, scale, qk_scale2, floor,
+                 PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
+    # One program per (key block, batch, K/V head). Tiles are transposed, [key j, query i]. dk_j and dv_j sum over
+    # the group's query heads in registers; dphi_j and dlambda_j are stored per query head (summed outside).
+    pid_n = tl.program_id(0)
+    pid_bk = tl.program_id(1)
+    b = pid_bk // HKV
+    hk = pid_bk % HKV
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_r = tl.arange(0, BLOCK_R)
+    col_ok = offs_n < T
+    d_ok = offs_d < D
+    r_ok = offs_r < R
+    kv_mask = col_ok[:, None] & d_ok[None, :]
+    k = tl.load(K + b * skb + hk * skh + offs_n[:, None] * skt + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + b * svb + hk * svh + offs_n[:, None] * svt + offs_d[None, :], mask=kv_mask, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M  # causal: no query block before the one holding key pid_n*BLOCK_N
+    for g in range(0, GROUP):
+        h = hk * GROUP + g
+        bh = b * HKV * GROUP + h
+        f_base = b * sfb + (h // F_DIV) * sfh
+        phi = tl.load(PHI + f_base + offs_n[:, None] * R + offs_r[None, :], mask=col_ok[:, None] & r_ok[None, :],
+                      other=0.0)  # [BLOCK_N, BLOCK_R]
+        inv_lam = 1.0 / tl.load(LAM + b * slb + (h // F_DIV) * slh + offs_n, mask=col_ok, other=1.0)
+        dphi = tl.zeros([BLOCK_N, BLOCK_R], dtype=tl.float32)
+        dlam = tl.zeros([BLOCK_N], dtype=tl.float32)  # sum_i dS_ij where M_ij >= floor
+        for start_m in range(lo, T, BLOCK_M):
+            offs_m = start_m + tl.arange(0, BLOCK_M)
+            row_ok = offs_m < T
+            q_t = tl.load(Q + b * sqb + h * sqh + offs_m[None, :] * sqt + offs_d[:, None],
+                          mask=row_ok[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_M]
+            do_t = tl.load(DO + b * sdb + h * sdh + offs_m[None, :] * sdt + offs_d[:, None],
+                           mask=row_ok[None, :] & d_ok[:, None], other=0.0)
+            do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdt + offs_d[None, :],
+                         mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+            q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :],
+                        mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+            c = tl.load(C + f_base + offs_m[:, None] * R + offs_r[None, :], mask=row_ok[:, None] & r_ok[None, :],
+                        other=0.0)  # [BLOCK_M, BLOCK_R]
+            c_t = tl.load(C + f_base + offs_m[None, :] * R + offs_r[:, None], mask=row_ok[None, :] & r_ok[:, None],
+                          other=0.0)  # [BLOCK_R, BLOCK_M]
+            lse2 = tl.load(LSE2 + bh * T + offs_m, mask=row_ok, other=0.0)
+            delta = tl.load(DELTA + bh * T + offs_m, mask=row_ok, other=0.0)
+            prior2_t, m_t, w_t = _prior_tile(phi, c_t, inv_lam[:, None], floor)  # M_ij at [j, i]
+            s2_t = tl.dot(k, q_t, input_precision=PRECISION) * qk_scale2 + prior2_t
+            keep = (offs_n[:, None] <= offs_m[None, :]) & col_ok[:, None] & row_ok[None, :]
+            a_t = tl.where(keep, tl.exp2(s2_t - lse2[None, :]), 0.0)  # a_ij = exp(s_ij - lse_i)
+            dv += tl.dot(a_t.to(do.dtype), do, input_precision=PRECISION)  # dv_j = sum_i a_ij do_i
+            da_t = tl.dot(v, do_t, input_precision=PRECISION)  # da_ij = do_i . v_j
+            ds_t = a_t * (da_t - delta[None, :])  # dS_ij = a_ij (da_ij - delta_i), delta_i = do_i . o_i
+            dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)  # dk_j = scale sum_i dS_ij q_i
+            above = m_t >= floor  # where the prior is log M_ij (it is flat below the floor)
+            g_t = tl.where(above, ds_t / w_t, 0.0)  # G_ij = dS_ij / (lambda_j M_ij) = dM_ij / lambda_j
+            dphi -= tl.dot(g_t, c, input_precision="ieee")  # dphi_j = -sum_i G_ij c_i
+            dlam += tl.sum(tl.where(above, ds_t, 0.0), 1)
+        fh = bh * T  # per-query-head gradient buffers [B, H, T(, R)], contiguous
+        tl.store(DPHI + (fh + offs_n[:, None]) * R + offs_r[None, :], dphi, mask=col_ok[:, None] & r_ok[None, :])
+        tl.store(DLAM + fh + offs_n, -dlam * inv_lam, mask=col_ok)  # dlambda_j = -(1/lambda_j) sum_i dS_ij [above]
+    tl.store(DK + pid_bk * T * D + offs_n[:, None] * D + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
+             mask=kv_mask)
+    tl.store(DV + pid_bk * T * D + offs_n[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _dq_kernel(Q, K, V, C, PHI, LAM, DO, LSE2, DELTA, DQ, DC,
+               sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sfb, sfh, slb, slh, sdb, sdh, sdt,
+               T, H, D, R, GROUP, F_DIV, scale, qk_scale2, floor,
+               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    hk = h // GROUP
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_r = tl.arange(0, BLOCK_R)
+    row_ok = offs_m < T
+    d_ok = offs_d < D
+    r_ok = offs_r < R
+    q_mask = row_ok[:, None] & d_ok[None, :]
+    c_mask = row_ok[:, None] & r_ok[None, :]
+    f_base = b * sfb + (h // F_DIV) * sfh
+    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :], mask=q_mask, other=0.0)
+    do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdt + offs_d[None, :], mask=q_mask, other=0.0)
+    c = tl.load(C + f_base + offs_m[:, None] * R + offs_r[None, :], mask=c_mask, other=0.0)
+    lse2 = tl.load(LSE2 + pid_bh * T + offs_m, mask=row_ok, other=0.0)
+    delta = tl.load(DELTA + pid_bh * T + offs_m, mask=row_ok, other=0.0)
+    k_base = K + b * skb + hk * skh
+    v_base = V + b * svb + hk * svh
+    lam_base = LAM + b * slb + (h // F_DIV) * slh
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    dc = tl.zeros([BLOCK_M, BLOCK_R], dtype=tl.float32)
+    hi = tl.minimum((pid_m + 1) * BLOCK_M, T)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < T
+        k = tl.load(k_base + offs_n[:, None] * skt + offs_d[None, :], mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+        k_t = tl.load(k_base + offs_n[None, :] * skt + offs_d[:, None], mask=col_ok[None, :] & d_ok[:, None],
+                      other=0.0)
+        v_t = tl.load(v_base + offs_n[None, :] * svt + offs_d[:, None], mask=col_ok[None, :] & d_ok[:, None],
+                      other=0.0)
+        phi = tl.load(PHI + f_base + offs_n[:, None] * R + offs_r[None, :], mask=col_ok[:, None] & r_ok[None, :],
+                      other=0.0)  # [BLOCK_N, BLOCK_R]
+        phi_t = tl.load(PHI + f_base + offs_n[None, :] * R + offs_r[:, None], mask=col_ok[None, :] & r_ok[:, None],
+                        other=0.0)  # [BLOCK_R, BLOCK_N]
+        inv_lam = 1.0 / tl.load(lam_base + offs_n, mask=col_ok, other=1.0)
+        prior2, m, w = _prior_tile(c, phi_t, inv_lam[None, :], floor)
+        s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2 + prior2
+        keep = (offs_n[None, :] <= offs_m[:, None]) & col_ok[None, :] & row_ok[:, None]
+        a = tl.where(keep, tl.exp2(s2 - lse2[:, None]), 0.0)  # a_ij = exp(s_ij - lse_i)
+        da = tl.dot(do, v_t, input_precision=PRECISION)  # da_ij = do_i . v_j
+        ds = a * (da - delta[:, None])  # dS_ij = a_ij (da_ij - delta_i)
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)  # dq_i = scale sum_j dS_ij k_j
+        g = tl.where(m >= floor, ds / w, 0.0)  # G_ij = dM_ij / lambda_j (0 below the floor)
+        dc -= tl.dot(g, phi, input_precision="ieee")  # dc_i = -sum_j G_ij phi_j
+    tl.store(DQ + pid_bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
+             mask=q_mask)
+    tl.store(DC + (pid_bh * T + offs_m[:, None]) * R + offs_r[None, :], dc, mask=c_mask)
+
+
+def _fail(message: str):
+    raise ValueError(f"lowrank_prior_attention: {message}")
+
+
+def _shape(x):
+    return tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+
+
+def _check(q, k, v, phi, lam, c, scale, prior_floor):
+    """One-line ValueErrors for shapes, dtypes, devices and floors the kernels do not take."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 4:
+            _fail(f"{name} must be a 4-D tensor [B, H, T, D], got {_shape(x)}")
+        if x.dtype not in DTYPES:
+            _fail(f"{name} has dtype {x.dtype}; allowed: float16, bfloat16, float32")
+    for name, x, dims in (("phi", phi, "[B, H, T, r]"), ("lam", lam, "[B, H, T]"), ("c", c, "[B, H, T, r]")):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            _fail(f"{name} must be a floating-point tensor {dims}, got "
+                  f"{x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}")
+    for name, x in (("k", k), ("v", v), ("phi", phi), ("lam", lam), ("c", c)):
+        if x.device != q.device:
+            _fail(f"{name} is on {x.device} but q is on {q.device}; all inputs must share one device")
+    for name, x in (("q", q), ("k", k), ("v", v), ("phi", phi), ("c", c)):
+        if x.numel() >= 2**31:
+            _fail(f"{name} has {x.numel()} elements; allowed: fewer than 2**31 (the kernels index in 32 bits)")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        _fail(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    b, h, t, d = q.shape
+    if k.shape[0] != b or k.shape[2] != t or k.shape[3] != d:
+        _fail(f"k has shape {tuple(k.shape)}; allowed: [{b}, Hkv, {t}, {d}] for q of shape {tuple(q.shape)}")
+    if v.shape != k.shape:
+        _fail(f"v has shape {tuple(v.shape)}; allowed: the shape of k, {tuple(k.shape)}")
+    hkv = k.shape[1]
+    if hkv < 1 or h % hkv:
+        _fail(f"k and v have {hkv} heads; allowed: a divisor of q's {h} heads")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        _fail(f"head dimension {d}; allowed: 1 to {MAX_HEAD_DIM}")
+    if t < 1:
+        _fail(f"sequence length {t}; allowed: at least 1")
+    heads = " or ".join(map(str, sorted({1, hkv, h})))
+    if phi.dim() != 4 or phi.shape[0] not in (1, b) or phi.shape[1] not in (1, hkv, h) or phi.shape[2] != t:
+        _fail(f"phi has shape {tuple(phi.shape)}; allowed: [{b} or 1, {heads}, {t}, r]")
+    r = phi.shape[3]
+    if not 1 <= r <= MAX_RANK:
+        _fail(f"rank {r} (phi's last dimension); allowed: 1 to {MAX_RANK}")
+    if tuple(c.shape) != tuple(phi.shape):
+        _fail(f"c has shape {tuple(c.shape)}; allowed: the shape of phi, {tuple(phi.shape)}")
+    if tuple(lam.shape) != tuple(phi.shape[:3]):
+        _fail(f"lam has shape {tuple(lam.shape)}; allowed: phi's shape without its rank, {tuple(phi.shape[:3])}")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+        _fail(f"scale {scale!r}; allowed: a finite number or None (1 / sqrt(D))")
+    if not (isinstance(prior_floor, (int, float)) and math.isfinite(prior_floor) and prior_floor > 0):
+        _fail(f"prior_floor={prior_floor!r}; allowed: a finite number > 0 (the prior is log max(M, prior_floor))")
+
+
+def _blocks(device, block_m, block_n, d, r):
+    """(block_m, block_n, block_d, block_r): tile sizes, the head dimension and the rank padded to powers of two
+    of at least 16 (tl.dot's smallest)."""
+    default = 64 if device.type == "cuda" else 16
+    block_m, block_n = block_m or default, block_n or default
+    for name, value in (("block_m", block_m), ("block_n", block_n)):
+        if value < 16 or value & (value - 1):
+            _fail(f"{name}={value}; allowed: a power of two, at least 16")
+    return block_m, block_n, max(16, triton.next_power_of_2(d)), max(16, triton.next_power_of_2(r))
+
+
+def _factor_layout(phi, lam, c, h, hkv):
+    """(phi, lam, c as contiguous float32, (sfb, sfh, slb, slh) with 0 on broadcast dims, F_DIV): the kernels read
+    phi[b, h // F_DIV, j], c[b, h // F_DIV, i], lam[b, h // F_DIV, j]."""
+    phi, lam, c = (x.to(torch.float32).contiguous() for x in (phi, lam, c))
+    bf, hf, t, r = phi.shape
+    sfb, slb = (hf * t * r, hf * t) if bf > 1 else (0, 0)
+    sfh, slh = (t * r, t) if hf > 1 else (0, 0)
+    div = h // hkv if 1 < hf < h else 1  # one set per K/V head, shared by the query heads of its group
+    return phi, lam, c, (sfb, sfh, slb, slh), div
+
+
+def _per_head_to(grad, shape, dtype, hkv, group, div):
+    """A factor gradient per query head [B, H, T(, r)] summed to the factor's shape."""
+    if div > 1:  # one set per K/V head: the query heads of a group share it
+        grad = grad.view(grad.shape[0], hkv, group, *grad.shape[2:]).sum(2)
+    return grad.sum_to_size(shape).to(dtype)
+
+
+class LowrankPriorAttention(torch.autograd.Function):
+    """Autograd node of :func:`lowrank_prior_attention`: the forward kernel, then the dK/dV/dphi/dlambda and dq/dc
+    kernels."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, phi, lam, c, scale, floor, block_m, block_n):
+        b, h, t, d = q.shape
+        hkv = k.shape[1]
+        r = phi.shape[-1]
+        shapes = [(tuple(x.shape), x.dtype) for x in (phi, lam, c)]
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        block_m, block_n, block_d, block_r = _blocks(q.device, block_m, block_n, d, r)
+        phi, lam, c, f_strides, f_div = _factor_layout(phi, lam, c, h, hkv)
+        o = torch.empty_like(q)
+        lse2 = torch.empty((b, h, t), device=q.device, dtype=torch.float32)
+        precision = "ieee" if q.dtype == torch.float32 else "tf32"  # float32 stays float32 (no TF32 rounding)
+        grid = (triton.cdiv(t, block_m), b * h)
+        _forward_kernel[grid](q, k, v, c, phi, lam, o, lse2,
+                              q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+                              v.stride(0), v.stride(1), v.stride(2), *f_strides,
+                              o.stride(0), o.stride(1), o.stride(2),
+                              t, h, d, r, h // hkv, f_div, scale * LOG2E, floor,
+                              PRECISION=precision, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+                              BLOCK_R=block_r, num_warps=4)
+        ctx.save_for_backward(q, k, v, phi, lam, c, o, lse2)
+        ctx.meta = (scale, floor, block_m, block_n, block_d, block_r, f_strides, f_div, precision, shapes)
+        return o
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, phi, lam, c, o, lse2 = ctx.saved_tensors
+        scale, floor, block_m, block_n, block_d, block_r, f_strides, f_div, precision, shapes = ctx.meta
+        b, h, t, d = q.shape
+        hkv = k.shape[1]
+        r = phi.shape[-1]
+        group = h // hkv
+        do = grad_out.contiguous()
+        delta = (o.float() * do.float()).sum(-1)  # delta_i = do_i . o_i = sum_j a_ij da_ij
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dphi = torch.empty((b, h, t, r), device=q.device, dtype=torch.float32)  # per query head
+        dlam = torch.empty((b, h, t), device=q.device, dtype=torch.float32)
+        dc = torch.empty((b, h, t, r), device=q.device, dtype=torch.float32)
+        common = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+                  v.stride(0), v.stride(1), v.stride(2), *f_strides, do.stride(0), do.stride(1), do.stride(2))
+        constants = dict(PRECISION=precision, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_R=block_r,
+                         num_warps=4)
+        _dkdv_kernel[(triton.cdiv(t, block_n), b * hkv)](q, k, v, c, phi, lam, do, lse2, delta, dk, dv, dphi, dlam,
+                                                        *common, t, hkv, d, r, group, f_div, scale, scale * LOG2E,
+                                                        floor, **constants)
+        _dq_kernel[(triton.cdiv(t, block_m), b * h)](q, k, v, c, phi, lam, do, lse2, delta, dq, dc, *common,
+                                                    t, h, d, r, group, f_div, scale, scale * LOG2E, floor,
+                                                    **constants)
+        grads = [_per_head_to(g, shape, dtype, hkv, group, f_div) if need else None
+                 for g, (shape, dtype), need in zip((dphi, dlam, dc), shapes, ctx.needs_input_grad[3:6])]
+        return dq, dk, dv, *grads, None, None, None, None
+
+
+def lowrank_prior_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, phi: torch.Tensor,
+                            lam: torch.Tensor, c: torch.Tensor, *, prior_floor: float, scale: float | None = None,
+                            block_m: int | None = None, block_n: int | None = None) -> torch.Tensor:
+    """Causal attention with the low-rank prefix prior: o_i = sum_{j <= i} softmax_j(q_i . k_j * scale +
+    log max(M_ij, prior_floor)) v_j with M_ij = (1 - phi_j . c_i) / lam_j.
+
+    The same function as ``lowrank_prefix_attention(q, k, v, phi, lam, c, scale=scale, prior_floor=prior_floor)``
+    (:mod:`attnlab.mechanisms.magnitude.prefix_blocks`), without repeating K/V or the factors to H heads.
+    q [B, H, T, D]; k, v [B, Hkv, T, D] (Hkv divides H: GQA); phi, c [B or 1, 1 or Hkv or H, T, r] and lam [the
+    same, T] > 0 (one set of factors per K/V head when they have Hkv heads), r from 1 to 64; prior_floor > 0;
+    scale defaults to 1 / sqrt(D). q, k, v in float16, bfloat16 or float32; the factors are read in float32 and
+    their gradients returned in their own dtypes. block_m / block_n: query / key rows per tile (powers of two, at
+    least 16; 64 on CUDA and 16 elsewhere by default). Runs on CUDA, or on the CPU under Triton's interpreter
+    (TRITON_INTERPRET=1); :func:`available` says which. Differentiable in q, k, v, phi, lam and c.
+    """
+    _check(q, k, v, phi, lam, c, scale, prior_floor)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    if q.device.type != "cuda" and not available():
+        _fail(f"inputs on {q.device} need a CUDA device or Triton's interpreter (TRITON_INTERPRET=1)")
+    return LowrankPriorAttention.apply(q, k, v, phi, lam, c, float(scale), float(prior_floor), block_m, block_n)
