@@ -59,7 +59,7 @@ GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "
              "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "HEADS:", "SWAP:", "SWEEP:", "LEADERBOARD")
 
 # The comparisons on the leaderboard, and those left off with the reason. A new study adds its comparisons to one.
-LEADERBOARD = ("hijack-v2-1", "hijack-v2-2", "hijack-v2-2-causal", "hijack-v2-4", "hijack-v2-5", "hijack-v2-1-h100",
+LEADERBOARD = ("dilution-mqar-1", "hijack-v2-1", "hijack-v2-2", "hijack-v2-2-causal", "hijack-v2-4", "hijack-v2-5", "hijack-v2-1-h100",
                "recall-mqar-1", "recall-mqar-2", "recall-mqar-3", "recall-mqar-4",
                "recall-induction", "recall-induction-2",
                "recall-selective-copy-1", "recall-selective-copy-2", "recall-selective-copy-3",
@@ -76,6 +76,7 @@ LEFT_OFF = {
     "hijack-v2-3": "a calibration: one seed per variant, every run at its cap",
     "hijack-v2-4-calibration": "a calibration: one seed per variant, on another cap than the study's",
     "boneless-early": "the boneless comparison at an earlier, shorter budget (superseded by boneless)",
+    "dilution-mqar-2": "partial: seeds 0-2 of 5 so far (the leaderboard takes it when all five have run)",
     "zoology-mqar-t64-d64-sweep": "a learning-rate sweep of `standard` alone: no variant to compare",
 }
 LEADERBOARD_PLOT = ROOT / "results" / "leaderboard.png"
