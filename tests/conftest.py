@@ -1,5 +1,12 @@
+import os
+
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    # Triton's CPU interpreter for the kernel tests. @triton.jit reads the variable when a kernel module is imported,
+    # and any earlier test may import one (the layer test walks every module), so it is set before any test runs.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)
