@@ -57,12 +57,7 @@ GRAD_TOL64 = 3e-4  # float32 gradients of the magnitude layer against float64: t
 VARIANT = "magnitude-causal-logits"  # the registered variant whose logit prior is per key: [B, Hkv, S]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _few_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the interpreter's small numpy products gain nothing from threads
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # the interpreter's small numpy products gain nothing from threads
 
 
 def err(x, ref) -> float:

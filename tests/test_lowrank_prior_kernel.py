@@ -58,12 +58,7 @@ NAMES = ["q", "k", "v", "phi", "lam", "c"]
 BLOCKS = dict(block_m=16, block_n=16)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _few_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the interpreter's small numpy products gain nothing from threads
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # the interpreter's small numpy products gain nothing from threads
 
 
 def make(b, h, hkv, t, d, r, factors="kv", dtype=torch.float32, seed=0):

@@ -39,12 +39,7 @@ TOLERANCE = {torch.float32: (2e-5, 2e-5), torch.bfloat16: (2e-2, 5e-2)}  # (outp
 FLOOR = -20.0  # log of a prior floor: the very negative values a clamped magnitude prior takes
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _few_threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the interpreter's small numpy products gain nothing from threads
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # the interpreter's small numpy products gain nothing from threads
 
 
 def make(b, h, hkv, t, d, prior, dtype, seed=0):
