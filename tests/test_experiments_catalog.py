@@ -90,8 +90,19 @@ def test_dilution_parts_share_the_task_the_stop_rule_and_the_primary_metric():
         assert exp.base_config() == first, exp.name
         assert exp.primary == parts[0].primary == f"length/{max(first.train.eval_lengths)}/accuracy"
     trained = {v for exp in parts for v in exp.variants}
-    assert {"qk-norm", "count-prior", "magnitude-prefix-logits"} <= trained
+    assert {"qk-norm", "count-prior", "magnitude-prefix-logits", "magnitude-prefix-logits-lowrank"} <= trained
     assert {v for v in variants() if family(v) == "dilution"} <= trained
+
+
+def test_the_position_free_dilution_part_differs_from_the_mqar_parts_only_in_positions():
+    """dilution-nope-1 runs stick-breaking in its paper's setting (no positional encoding) against standard and
+    qk-norm without positions; every other setting, the seeds and the primary metric are the mqar parts'."""
+    mqar, nope = load_experiment("dilution-mqar-1"), load_experiment("dilution-nope-1")
+    assert nope.base_config().model.pos_encoding == "none" != mqar.base_config().model.pos_encoding
+    moved = nope.base_config().replace(model=nope.base_config().model.replace(pos_encoding="rope"))
+    assert moved == mqar.base_config()
+    assert nope.variants[0] == "standard" and "stick-breaking" in nope.variants
+    assert nope.seeds == mqar.seeds and nope.primary == mqar.primary
 
 
 HIJACK_VARIANTS = {"standard", "qk-norm", "rbf", "magnitude-causal", "magnitude-prefix", "magnitude-causal-linear",
