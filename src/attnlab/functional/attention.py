@@ -251,7 +251,7 @@ def _check_triton(device: torch.device) -> None:
 def _prior_kernel(q, k, v, prior, scale):
     """causal softmax(q k' scale + p_j) v by attnlab.functional.kernels.prior_attention; prior [B|1, Hp, S] or None,
     its heads repeated to H unless the kernel takes them as they are (1, Hkv or H)."""
-    from .kernels.prior_attention import prior_attention
+    from .kernels.perkey import prior_attention
 
     h, h_kv = q.shape[1], k.shape[1]
     if prior is not None and prior.shape[1] not in (1, h_kv, h):

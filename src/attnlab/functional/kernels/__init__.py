@@ -1,11 +1,10 @@
 """Fused attention kernels written in Triton, each beside a float64 reference of the formula it computes.
 
 prior_attention: causal attention with an additive per-key log-prior, softmax_j(q_i . k_j * scale + p_j), forward
-and backward (:mod:`.prior_attention`); reference: the same formula written directly, for the tests
-(:mod:`.reference`).
+and backward (:mod:`.perkey`); reference: the same formula written directly, for the tests (:mod:`.reference`).
 lowrank_prior_attention: the same with the low-rank prefix magnitude prior log max(M_ij, floor), M_ij = (1 - phi_j .
-c_i) / lambda_j, built per tile from the factors (:mod:`.lowrank_prior_attention`); its float64 formula is in
-:mod:`.reference` too. Triton is optional (the ``kernels`` extra): this package imports without it, and
+c_i) / lambda_j, built per tile from the factors (:mod:`.lowrank`); its float64 formula is in :mod:`.reference` too.
+What the kernels share (dtypes, checks, tile sizes, the online-softmax step) is in :mod:`.common`. Triton is optional (the ``kernels`` extra): this package imports without it, and
 :func:`available` tells a caller whether the kernels can run here, so that it can fall back to SDPA or the explicit
 path. The kernels live under ``functional`` because they are pure attention math on [B, H, T, D] tensors and the
 attention routing in :mod:`attnlab.functional.attention` is where they will be called from.
@@ -17,9 +16,8 @@ import os
 
 from ...lazy import lazy_exports
 
-_HOMES = {"prior_attention": ".prior_attention", "PriorAttention": ".prior_attention",
-          "prior_attention_reference": ".reference",
-          "lowrank_prior_attention": ".lowrank_prior_attention", "LowrankPriorAttention": ".lowrank_prior_attention",
+_HOMES = {"prior_attention": ".perkey", "PriorAttention": ".perkey", "prior_attention_reference": ".reference",
+          "lowrank_prior_attention": ".lowrank", "LowrankPriorAttention": ".lowrank",
           "lowrank_prior_attention_reference": ".reference"}
 __all__ = ["available", *_HOMES]
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -1,4 +1,4 @@
-"""The formula of :mod:`.prior_attention`, written directly in float64: the tests' independent reference.
+"""The formula of :mod:`.perkey` and :mod:`.lowrank`, written directly in float64: the tests' independent reference.
 
     s_ij = q_i . k_j * scale + p_j
     a_ij = exp(s_ij) / sum_{l <= i} exp(s_il) for j <= i, 0 for j > i

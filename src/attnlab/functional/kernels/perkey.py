@@ -8,7 +8,7 @@ query head). One kernel serves every per-key log-prior: the causal magnitude pri
 per-key form of the duplicate-count prior, a sink-like bias on chosen keys. The prior must be finite (a floor,
 not -inf: key 0 is the only key of query 0).
 
-Structure (flash attention): the forward walks the key blocks of each query block with an online softmax and
+Structure (flash attention; the shared pieces are in :mod:`.common`): the forward walks the key blocks of each query block with an online softmax and
 saves the row log-sum-exp; the backward recomputes the score tiles from it. One kernel per key block accumulates
 dK, dV and dp_j = sum_i dS_ij (the gradient of the prior is the column sum of dS) over the query blocks and over
 the query heads that share the K/V head, so nothing is accumulated across programs (no atomics); dq has its own
@@ -31,12 +31,9 @@ import triton
 import triton.language as tl
 
 from . import available
+from .common import LOG2E, block_sizes, check_qkv, online_softmax_step, precision
 
-__all__ = ["PriorAttention", "available", "prior_attention"]
-
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-MAX_HEAD_DIM = 256
+__all__ = ["PriorAttention", "prior_attention"]
 
 
 @triton.jit
@@ -75,13 +72,7 @@ def _forward_kernel(Q, K, V, P, O, LSE2,
             p = tl.load(p_base + offs_n * spt, mask=col_ok, other=0.0).to(tl.float32)
             s2 += p[None, :] * 1.4426950408889634  # + p_j * log2(e)
         keep = (offs_n[None, :] <= offs_m[:, None]) & col_ok[None, :]  # j <= i, j < T
-        s2 = tl.where(keep, s2, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s2, 1))
-        alpha = tl.exp2(m_i - m_new)  # rescales what was summed under the old maximum
-        e = tl.exp2(s2 - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(e, 1)
-        acc = acc * alpha[:, None] + tl.dot(e.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(tl.where(keep, s2, float("-inf")), m_i, l_i, acc, v, PRECISION)
     out = acc / l_i[:, None]  # o_i = sum_j exp2(s2_ij - m_i) v_j / sum_j exp2(s2_ij - m_i)
     tl.store(O + b * sob + h * soh + offs_m[:, None] * sot + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=row_ok[:, None] & d_ok[None, :])
@@ -198,31 +189,8 @@ def _fail(message: str):
 
 def _check(q, k, v, prior, scale):
     """One-line ValueErrors for shapes, dtypes and devices the kernels do not take."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor) or x.dim() != 4:
-            _fail(f"{name} must be a 4-D tensor [B, H, T, D], got "
-                  f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
-        if x.dtype not in DTYPES:
-            _fail(f"{name} has dtype {x.dtype}; allowed: float16, bfloat16, float32")
-        if x.device != q.device:
-            _fail(f"{name} is on {x.device} but q is on {q.device}; all inputs must share one device")
-        if x.numel() >= 2**31:
-            _fail(f"{name} has {x.numel()} elements; allowed: fewer than 2**31 (the kernels index in 32 bits)")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        _fail(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    b, h, t, d = q.shape
-    if k.shape[0] != b or k.shape[2] != t or k.shape[3] != d:
-        _fail(f"k has shape {tuple(k.shape)}; allowed: [{b}, Hkv, {t}, {d}] for q of shape {tuple(q.shape)}")
-    if v.shape != k.shape:
-        _fail(f"v has shape {tuple(v.shape)}; allowed: the shape of k, {tuple(k.shape)}")
-    if k.shape[1] < 1 or h % k.shape[1]:
-        _fail(f"k and v have {k.shape[1]} heads; allowed: a divisor of q's {h} heads")
-    if not 1 <= d <= MAX_HEAD_DIM:
-        _fail(f"head dimension {d}; allowed: 1 to {MAX_HEAD_DIM}")
-    if t < 1:
-        _fail(f"sequence length {t}; allowed: at least 1")
-    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
-        _fail(f"scale {scale!r}; allowed: a finite number or None (1 / sqrt(D))")
+    check_qkv(_fail, q, k, v, scale)
+    b, h, t, _ = q.shape
     if prior is not None:
         hkv = k.shape[1]
         if not isinstance(prior, torch.Tensor) or not prior.is_floating_point():
@@ -249,15 +217,6 @@ def _prior_layout(prior, h, hkv):
     return p, (spb, sph, p.stride(2)), div
 
 
-def _blocks(device, block_m, block_n, d):
-    default = 64 if device.type == "cuda" else 16
-    block_m, block_n = block_m or default, block_n or default
-    for name, value in (("block_m", block_m), ("block_n", block_n)):
-        if value < 16 or value & (value - 1):
-            _fail(f"{name}={value}; allowed: a power of two, at least 16")
-    return block_m, block_n, max(16, triton.next_power_of_2(d))
-
-
 class PriorAttention(torch.autograd.Function):
     """Autograd node of :func:`prior_attention`: the forward kernel, then the dK/dV/dp and dq kernels."""
 
@@ -266,7 +225,7 @@ class PriorAttention(torch.autograd.Function):
         b, h, t, d = q.shape
         hkv = k.shape[1]
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        block_m, block_n, block_d = _blocks(q.device, block_m, block_n, d)
+        block_m, block_n, block_d = block_sizes(_fail, q.device, block_m, block_n, d)
         has_prior = prior is not None
         if has_prior:
             p, p_strides, p_div = _prior_layout(prior, h, hkv)
@@ -274,24 +233,24 @@ class PriorAttention(torch.autograd.Function):
             p, p_strides, p_div = q, (0, 0, 0), 1  # never read (HAS_PRIOR is off)
         o = torch.empty_like(q)
         lse2 = torch.empty((b, h, t), device=q.device, dtype=torch.float32)
-        precision = "ieee" if q.dtype == torch.float32 else "tf32"  # float32 stays float32 (no TF32 rounding)
+        prec = precision(q.dtype)
         grid = (triton.cdiv(t, block_m), b * h)
         _forward_kernel[grid](q, k, v, p, o, lse2,
                               q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                               v.stride(0), v.stride(1), v.stride(2), *p_strides,
                               o.stride(0), o.stride(1), o.stride(2),
                               t, h, d, h // hkv, p_div, scale * LOG2E,
-                              HAS_PRIOR=has_prior, PRECISION=precision,
+                              HAS_PRIOR=has_prior, PRECISION=prec,
                               BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=4)
         ctx.save_for_backward(q, k, v, p if has_prior else None, o, lse2)
-        ctx.meta = (scale, block_m, block_n, block_d, p_strides, p_div, precision,
+        ctx.meta = (scale, block_m, block_n, block_d, p_strides, p_div, prec,
                     tuple(prior.shape) if has_prior else None, prior.dtype if has_prior else None)
         return o
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, p, o, lse2 = ctx.saved_tensors
-        scale, block_m, block_n, block_d, p_strides, p_div, precision, p_shape, p_dtype = ctx.meta
+        scale, block_m, block_n, block_d, p_strides, p_div, prec, p_shape, p_dtype = ctx.meta
         b, h, t, d = q.shape
         hkv = k.shape[1]
         group = h // hkv
@@ -304,7 +263,7 @@ class PriorAttention(torch.autograd.Function):
         dp_arg = dp_heads if has_prior else lse2
         common = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                   v.stride(0), v.stride(1), v.stride(2), *p_strides, do.stride(0), do.stride(1), do.stride(2))
-        constants = dict(HAS_PRIOR=has_prior, PRECISION=precision, BLOCK_M=block_m, BLOCK_N=block_n,
+        constants = dict(HAS_PRIOR=has_prior, PRECISION=prec, BLOCK_M=block_m, BLOCK_N=block_n,
                          BLOCK_D=block_d, num_warps=4)
         _dkdv_kernel[(triton.cdiv(t, block_n), b * hkv)](q, k, v, p_arg, do, lse2, delta, dk, dv, dp_arg, *common,
                                                         t, hkv, d, group, p_div, scale, scale * LOG2E, **constants)
@@ -327,7 +286,7 @@ def prior_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prior: to
     attention); scale defaults to 1 / sqrt(D). Float16, bfloat16 or float32; the prior is read in float32 and its
     gradient returned in its own dtype. block_m / block_n: query / key rows per tile (powers of two, at least 16;
     64 on CUDA and 16 elsewhere by default). Runs on CUDA, or on the CPU under Triton's interpreter
-    (TRITON_INTERPRET=1); :func:`available` says which. Differentiable in q, k, v and the prior.
+    (TRITON_INTERPRET=1); :func:`attnlab.functional.kernels.available` says which. Differentiable in q, k, v and the prior.
     """
     _check(q, k, v, prior, scale)
     if scale is None:

@@ -25,7 +25,7 @@ w_ij = 1 - phi_j . c_i = lambda_j M_ij:
     dc_i = -sum_j G_ij phi_j,   dphi_j = -sum_i G_ij c_i
     dlambda_j = -sum_i dM_ij M_ij / lambda_j = -(1 / lambda_j) sum_{i: M_ij >= floor} dS_ij
 
-Structure: as :mod:`.prior_attention`. The forward walks the key blocks of each query block with an online softmax
+Structure: as :mod:`.perkey` (the shared pieces are in :mod:`.common`). The forward walks the key blocks of each query block with an online softmax
 and saves the row log-sum-exp. One backward kernel per key block accumulates dk, dv, dphi and dlambda over the
 query blocks and the query heads sharing its K/V head (no atomics); one per query block accumulates dq and dc over
 the key blocks. Memory besides inputs and outputs: O(B H T r) (the log-sum-exp, delta_i, and the factor gradients
@@ -41,14 +41,10 @@ import triton
 import triton.language as tl
 
 from . import available
+from .common import LOG2E, block_sizes, check_qkv, online_softmax_step, precision
 
-__all__ = ["LowrankPriorAttention", "MAX_RANK", "available", "lowrank_prior_attention"]
+__all__ = ["LowrankPriorAttention", "MAX_RANK", "lowrank_prior_attention"]
 
-# The per-key kernel's limits, written again rather than imported: importing the submodule .prior_attention would
-# bind the package's name prior_attention to that module instead of its function (the lazy export).
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-MAX_HEAD_DIM = 256
 MAX_RANK = 64
 
 
@@ -103,13 +99,7 @@ def _forward_kernel(Q, K, V, C, PHI, LAM, O, LSE2,
         prior2, _, _ = _prior_tile(c, phi_t, inv_lam[None, :], floor)
         s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2 + prior2  # (s q_i . k_j + log max(M_ij, f)) log2 e
         keep = (offs_n[None, :] <= offs_m[:, None]) & col_ok[None, :]  # j <= i, j < T
-        s2 = tl.where(keep, s2, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s2, 1))
-        alpha = tl.exp2(m_i - m_new)  # rescales what was summed under the old maximum
-        e = tl.exp2(s2 - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(e, 1)
-        acc = acc * alpha[:, None] + tl.dot(e.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(tl.where(keep, s2, float("-inf")), m_i, l_i, acc, v, PRECISION)
     out = acc / l_i[:, None]  # o_i = sum_j exp2(s2_ij - m_i) v_j / sum_j exp2(s2_ij - m_i)
     tl.store(O + b * sob + h * soh + offs_m[:, None] * sot + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=row_ok[:, None] & d_ok[None, :])
@@ -254,35 +244,19 @@ def _shape(x):
 
 def _check(q, k, v, phi, lam, c, scale, prior_floor):
     """One-line ValueErrors for shapes, dtypes, devices and floors the kernels do not take."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor) or x.dim() != 4:
-            _fail(f"{name} must be a 4-D tensor [B, H, T, D], got {_shape(x)}")
-        if x.dtype not in DTYPES:
-            _fail(f"{name} has dtype {x.dtype}; allowed: float16, bfloat16, float32")
+    check_qkv(_fail, q, k, v, scale)
     for name, x, dims in (("phi", phi, "[B, H, T, r]"), ("lam", lam, "[B, H, T]"), ("c", c, "[B, H, T, r]")):
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
             _fail(f"{name} must be a floating-point tensor {dims}, got "
                   f"{x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}")
-    for name, x in (("k", k), ("v", v), ("phi", phi), ("lam", lam), ("c", c)):
+    for name, x in (("phi", phi), ("lam", lam), ("c", c)):
         if x.device != q.device:
             _fail(f"{name} is on {x.device} but q is on {q.device}; all inputs must share one device")
-    for name, x in (("q", q), ("k", k), ("v", v), ("phi", phi), ("c", c)):
+    for name, x in (("phi", phi), ("c", c)):
         if x.numel() >= 2**31:
             _fail(f"{name} has {x.numel()} elements; allowed: fewer than 2**31 (the kernels index in 32 bits)")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        _fail(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    b, h, t, d = q.shape
-    if k.shape[0] != b or k.shape[2] != t or k.shape[3] != d:
-        _fail(f"k has shape {tuple(k.shape)}; allowed: [{b}, Hkv, {t}, {d}] for q of shape {tuple(q.shape)}")
-    if v.shape != k.shape:
-        _fail(f"v has shape {tuple(v.shape)}; allowed: the shape of k, {tuple(k.shape)}")
+    b, h, t, _ = q.shape
     hkv = k.shape[1]
-    if hkv < 1 or h % hkv:
-        _fail(f"k and v have {hkv} heads; allowed: a divisor of q's {h} heads")
-    if not 1 <= d <= MAX_HEAD_DIM:
-        _fail(f"head dimension {d}; allowed: 1 to {MAX_HEAD_DIM}")
-    if t < 1:
-        _fail(f"sequence length {t}; allowed: at least 1")
     heads = " or ".join(map(str, sorted({1, hkv, h})))
     if phi.dim() != 4 or phi.shape[0] not in (1, b) or phi.shape[1] not in (1, hkv, h) or phi.shape[2] != t:
         _fail(f"phi has shape {tuple(phi.shape)}; allowed: [{b} or 1, {heads}, {t}, r]")
@@ -293,21 +267,8 @@ def _check(q, k, v, phi, lam, c, scale, prior_floor):
         _fail(f"c has shape {tuple(c.shape)}; allowed: the shape of phi, {tuple(phi.shape)}")
     if tuple(lam.shape) != tuple(phi.shape[:3]):
         _fail(f"lam has shape {tuple(lam.shape)}; allowed: phi's shape without its rank, {tuple(phi.shape[:3])}")
-    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
-        _fail(f"scale {scale!r}; allowed: a finite number or None (1 / sqrt(D))")
     if not (isinstance(prior_floor, (int, float)) and math.isfinite(prior_floor) and prior_floor > 0):
         _fail(f"prior_floor={prior_floor!r}; allowed: a finite number > 0 (the prior is log max(M, prior_floor))")
-
-
-def _blocks(device, block_m, block_n, d, r):
-    """(block_m, block_n, block_d, block_r): tile sizes, the head dimension and the rank padded to powers of two
-    of at least 16 (tl.dot's smallest)."""
-    default = 64 if device.type == "cuda" else 16
-    block_m, block_n = block_m or default, block_n or default
-    for name, value in (("block_m", block_m), ("block_n", block_n)):
-        if value < 16 or value & (value - 1):
-            _fail(f"{name}={value}; allowed: a power of two, at least 16")
-    return block_m, block_n, max(16, triton.next_power_of_2(d)), max(16, triton.next_power_of_2(r))
 
 
 def _factor_layout(phi, lam, c, h, hkv):
@@ -339,27 +300,27 @@ class LowrankPriorAttention(torch.autograd.Function):
         r = phi.shape[-1]
         shapes = [(tuple(x.shape), x.dtype) for x in (phi, lam, c)]
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        block_m, block_n, block_d, block_r = _blocks(q.device, block_m, block_n, d, r)
+        block_m, block_n, block_d, block_r = block_sizes(_fail, q.device, block_m, block_n, d, r)
         phi, lam, c, f_strides, f_div = _factor_layout(phi, lam, c, h, hkv)
         o = torch.empty_like(q)
         lse2 = torch.empty((b, h, t), device=q.device, dtype=torch.float32)
-        precision = "ieee" if q.dtype == torch.float32 else "tf32"  # float32 stays float32 (no TF32 rounding)
+        prec = precision(q.dtype)
         grid = (triton.cdiv(t, block_m), b * h)
         _forward_kernel[grid](q, k, v, c, phi, lam, o, lse2,
                               q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                               v.stride(0), v.stride(1), v.stride(2), *f_strides,
                               o.stride(0), o.stride(1), o.stride(2),
                               t, h, d, r, h // hkv, f_div, scale * LOG2E, floor,
-                              PRECISION=precision, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+                              PRECISION=prec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
                               BLOCK_R=block_r, num_warps=4)
         ctx.save_for_backward(q, k, v, phi, lam, c, o, lse2)
-        ctx.meta = (scale, floor, block_m, block_n, block_d, block_r, f_strides, f_div, precision, shapes)
+        ctx.meta = (scale, floor, block_m, block_n, block_d, block_r, f_strides, f_div, prec, shapes)
         return o
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, phi, lam, c, o, lse2 = ctx.saved_tensors
-        scale, floor, block_m, block_n, block_d, block_r, f_strides, f_div, precision, shapes = ctx.meta
+        scale, floor, block_m, block_n, block_d, block_r, f_strides, f_div, prec, shapes = ctx.meta
         b, h, t, d = q.shape
         hkv = k.shape[1]
         r = phi.shape[-1]
@@ -372,7 +333,7 @@ class LowrankPriorAttention(torch.autograd.Function):
         dc = torch.empty((b, h, t, r), device=q.device, dtype=torch.float32)
         common = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                   v.stride(0), v.stride(1), v.stride(2), *f_strides, do.stride(0), do.stride(1), do.stride(2))
-        constants = dict(PRECISION=precision, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_R=block_r,
+        constants = dict(PRECISION=prec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_R=block_r,
                          num_warps=4)
         _dkdv_kernel[(triton.cdiv(t, block_n), b * hkv)](q, k, v, c, phi, lam, do, lse2, delta, dk, dv, dphi, dlam,
                                                         *common, t, hkv, d, r, group, f_div, scale, scale * LOG2E,
@@ -398,7 +359,7 @@ def lowrank_prior_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p
     scale defaults to 1 / sqrt(D). q, k, v in float16, bfloat16 or float32; the factors are read in float32 and
     their gradients returned in their own dtypes. block_m / block_n: query / key rows per tile (powers of two, at
     least 16; 64 on CUDA and 16 elsewhere by default). Runs on CUDA, or on the CPU under Triton's interpreter
-    (TRITON_INTERPRET=1); :func:`available` says which. Differentiable in q, k, v, phi, lam and c.
+    (TRITON_INTERPRET=1); :func:`attnlab.functional.kernels.available` says which. Differentiable in q, k, v, phi, lam and c.
     """
     _check(q, k, v, phi, lam, c, scale, prior_floor)
     if scale is None:

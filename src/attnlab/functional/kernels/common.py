@@ -1,0 +1,76 @@
+"""What the Triton kernels of this package share: dtypes and limits, the checks of q, k, v and the scale, the tile
+sizes, and the online-softmax step of the forward kernels (Milakov and Gimelshein 2018, arXiv:1805.02867; the
+flash structure of Dao et al. 2022, arXiv:2205.14135)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_HEAD_DIM = 256
+
+
+@triton.jit
+def online_softmax_step(s2, m_i, l_i, acc, v, PRECISION: tl.constexpr):
+    """One key block of the online softmax: s2 [BLOCK_M, BLOCK_N] holds the block's base-2 scores (-inf where
+    masked), m_i the running row maximum, l_i the running sum_j exp2(s2_ij - m_i), acc the running
+    sum_j exp2(s2_ij - m_i) v_j. Returns (m_i, l_i, acc) after the block."""
+    m_new = tl.maximum(m_i, tl.max(s2, 1))
+    alpha = tl.exp2(m_i - m_new)  # rescales what was summed under the old maximum
+    e = tl.exp2(s2 - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(e, 1)
+    acc = acc * alpha[:, None] + tl.dot(e.to(v.dtype), v, input_precision=PRECISION)
+    return m_new, l_i, acc
+
+
+def check_qkv(fail: Callable[[str], None], q, k, v, scale) -> None:
+    """One-line errors (through ``fail``) for q [B, H, T, D], k, v [B, Hkv, T, D] and a scale the kernels do not
+    take: 4-D tensors of one float dtype on one device, Hkv dividing H, 1 <= D <= MAX_HEAD_DIM, T >= 1, fewer than
+    2**31 elements (32-bit indexing), scale finite or None."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 4:
+            fail(f"{name} must be a 4-D tensor [B, H, T, D], got "
+                 f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+        if x.dtype not in DTYPES:
+            fail(f"{name} has dtype {x.dtype}; allowed: float16, bfloat16, float32")
+        if x.device != q.device:
+            fail(f"{name} is on {x.device} but q is on {q.device}; all inputs must share one device")
+        if x.numel() >= 2**31:
+            fail(f"{name} has {x.numel()} elements; allowed: fewer than 2**31 (the kernels index in 32 bits)")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        fail(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    b, h, t, d = q.shape
+    if k.shape[0] != b or k.shape[2] != t or k.shape[3] != d:
+        fail(f"k has shape {tuple(k.shape)}; allowed: [{b}, Hkv, {t}, {d}] for q of shape {tuple(q.shape)}")
+    if v.shape != k.shape:
+        fail(f"v has shape {tuple(v.shape)}; allowed: the shape of k, {tuple(k.shape)}")
+    if k.shape[1] < 1 or h % k.shape[1]:
+        fail(f"k and v have {k.shape[1]} heads; allowed: a divisor of q's {h} heads")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        fail(f"head dimension {d}; allowed: 1 to {MAX_HEAD_DIM}")
+    if t < 1:
+        fail(f"sequence length {t}; allowed: at least 1")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+        fail(f"scale {scale!r}; allowed: a finite number or None (1 / sqrt(D))")
+
+
+def block_sizes(fail: Callable[[str], None], device, block_m, block_n, *dims) -> tuple[int, ...]:
+    """(block_m, block_n, then each of ``dims`` padded to a power of two of at least 16, tl.dot's smallest): query
+    and key rows per tile, 64 on CUDA and 16 elsewhere unless given (powers of two, at least 16)."""
+    default = 64 if device.type == "cuda" else 16
+    block_m, block_n = block_m or default, block_n or default
+    for name, value in (("block_m", block_m), ("block_n", block_n)):
+        if value < 16 or value & (value - 1):
+            fail(f"{name}={value}; allowed: a power of two, at least 16")
+    return (block_m, block_n, *(max(16, triton.next_power_of_2(x)) for x in dims))
+
+
+def precision(dtype: torch.dtype) -> str:
+    """tl.dot's input precision: IEEE for float32 (no TF32 rounding), TF32 (the native path) for 16-bit inputs."""
+    return "ieee" if dtype == torch.float32 else "tf32"
