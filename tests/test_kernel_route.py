@@ -55,6 +55,7 @@ TOL = 2e-5
 GRAD_TOL32 = 1e-4  # the model's float32 gradients, one path against another: SDPA and explicit differ by 2e-5
 GRAD_TOL64 = 3e-4  # float32 gradients of the magnitude layer against float64: the float32 solve's error, any path
 VARIANT = "magnitude-causal-logits"  # the registered variant whose logit prior is per key: [B, Hkv, S]
+LOWRANK_VARIANT = "magnitude-prefix-logits-lowrank"  # the low-rank prefix prior: lowrank_prior_attention
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # the interpreter's small numpy products gain nothing from threads
@@ -87,6 +88,26 @@ def test_auto_takes_triton_on_cuda_only_for_a_per_key_prior(monkeypatch):
     assert dropout.path == "sdpa" and "dropout" in dropout.forced and "triton" in dropout.forced
     monkeypatch.setattr(attention_config, "_triton_available", lambda: False)  # triton missing: SDPA's float mask
     assert route(cfg, device="cuda", dtype="float32").path == "sdpa"
+
+
+def test_auto_takes_the_lowrank_kernel_on_cuda_for_the_lowrank_prefix_prior(monkeypatch):
+    """The low-rank prefix prior (form 'prefix', solver 'lowrank', apply 'logits') goes to the low-rank kernel on
+    CUDA and to the prefix blocks elsewhere; rank above the kernel's 64, the value gate or the exact solver keep it
+    off the kernel, and backend='triton' names them."""
+    from attnlab import attention_config
+
+    monkeypatch.setattr(attention_config, "_triton_available", lambda: True)
+    cfg = get_variant(LOWRANK_VARIANT)
+    assert route(cfg, device="cuda", dtype="bfloat16") == ("triton", None, False)
+    assert route(cfg, device="cpu", dtype="float32").path == "prefix_blocks"
+    assert route(cfg.replace(backend="triton"), device="cpu", dtype="float32") == ("triton", None, False)
+    wide = cfg.replace(magnitude=cfg.magnitude.replace(rank=65))
+    assert route(wide, device="cuda", dtype="bfloat16").path == "prefix_blocks"
+    one_line_error(lambda: wide.replace(backend="triton"), "backend='triton'", "magnitude form 'prefix'", "rank <= 64")
+    gate = cfg.replace(magnitude=cfg.magnitude.replace(apply="values"))
+    for other in (gate, get_variant("magnitude-prefix-logits")):  # the value gate; the exact solver
+        assert route(other, device="cuda", dtype="bfloat16").path != "triton", other
+        one_line_error(lambda: other.replace(backend="triton"), "backend='triton'", "magnitude form")
 
 
 def test_backend_triton_forces_the_route_and_gives_up_the_cache():
@@ -278,6 +299,36 @@ def test_the_variant_on_triton_matches_sdpa_and_float64(n_kv_head, caplog):
     assert err(without_prior, ref_logits) > 1e-2  # the bounds are far below what a lost prior would cost
 
 
+@needs_triton
+@pytest.mark.parametrize("n_kv_head", [None, 2])
+def test_the_lowrank_variant_on_triton_matches_the_prefix_blocks_and_float64(n_kv_head, caplog):
+    """magnitude-prefix-logits-lowrank with backend="triton" (the kernel lowrank_prior_attention, float32): the
+    logits and every parameter's gradient (the prior's gradient reaches k_proj, the landmarks and the kernel's
+    temperature through phi, lambda and c) against the same model on the prefix blocks in float32, the logits to TOL
+    and the gradients to GRAD_TOL32, and against the float64 explicit path ([T, T] weights from the same low-rank
+    solve), the logits to TOL and the gradients to GRAD_TOL64 (the float32 solve's own error, as for the per-key
+    variant). Dropping the prior moves the logits far more than these bounds."""
+    idx = torch.randint(0, VOCAB, (2, T), generator=torch.Generator().manual_seed(1))
+    ref_logits, ref_grads = _logits_and_grads(_model(LOWRANK_VARIANT, "explicit", torch.float64,
+                                                     n_kv_head=n_kv_head), idx)
+    say_route.cache_clear()
+    with caplog.at_level(logging.INFO, logger="attnlab"):
+        logits, grads = _logits_and_grads(_model(LOWRANK_VARIANT, "triton", n_kv_head=n_kv_head), idx)
+    assert [r.getMessage() for r in caplog.records].count(
+        f"attention: the triton path (attnlab.functional.kernels.lowrank_prior_attention) on {DEVICE}, "
+        f"backend='triton'") == 1
+    assert set(grads) == set(ref_grads) and any("landmarks" in n for n in grads)
+    assert err(logits, ref_logits) < TOL
+    for name, g in grads.items():
+        assert err(g, ref_grads[name]) < GRAD_TOL64, name
+    blocks_logits, blocks_grads = _logits_and_grads(_model(LOWRANK_VARIANT, "auto", n_kv_head=n_kv_head), idx)
+    assert err(logits, blocks_logits) < TOL
+    for name, g in grads.items():
+        assert err(g, blocks_grads[name]) < GRAD_TOL32, name
+    without_prior, _ = _logits_and_grads(_model("standard", "explicit", torch.float64, n_kv_head=n_kv_head), idx)
+    assert err(without_prior, ref_logits) > 1e-2
+
+
 def _leak(model, positions=(0, 3, 8, 14)) -> float:
     """helpers.max_leak's perturbation in float32 (the kernel has no float64): the largest change of the logits at
     positions <= i when the tokens after i change."""
@@ -300,7 +351,8 @@ FITTING = [v for v in variants() if not _triton_misfits(get_variant(v))]
 
 
 @needs_triton
-@pytest.mark.parametrize("variant", [pytest.param(v, marks=() if v in (VARIANT, "gqa", "ssmax") else pytest.mark.slow)
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=() if v in (VARIANT, LOWRANK_VARIANT, "gqa", "ssmax")
+                                                                  else pytest.mark.slow)
                                      for v in FITTING])
 def test_no_leak_on_triton_backend(variant):
     """The causal leak check on the triton backend, for every registered variant the kernel computes (the variant

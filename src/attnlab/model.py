@@ -140,8 +140,8 @@ class GPT(nn.Module):
         """An empty K/V cache for forward(..., cache=) of up to block_size positions."""
         if not self.cache_exact:
             raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate, count prior or "
-                              "selective attention; "
-                              f"attention={self.config.attention!r} needs the whole prefix at every token")
+                              "selective attention, off backend 'triton' (its kernels take as many keys as queries); "
+                              f"attention={self.config.attention!r} cannot take one")
         return KVCache(self.config.n_layer, self.config.block_size)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,

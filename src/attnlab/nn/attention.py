@@ -144,11 +144,17 @@ class Attention(nn.Module):
             q = self.q_proj(x)
         return self._heads(q, self.n_head), self._heads(k, self.n_kv_head), self._heads(v, self.n_kv_head)
 
-    def _prefix_blocks(self, q, k, v, factors, scale):
+    def _prefix_blocks(self, q, k, v, factors, scale, fused: bool):
         """o = lowrank_prefix_attention of q [B, H, T, d] over k, v and the gate's factors [B, Hkv, T, .] (K/V heads
-        repeated to H), in blocks of attnlab.attention_config.prefix_block's size."""
-        n_rep = self.n_head // self.n_kv_head
+        repeated to H), in blocks of attnlab.attention_config.prefix_block's size; or, when ``fused`` (the route
+        "triton"), the logits form by the Triton kernel lowrank_prior_attention, which reads the K/V heads and the
+        factors as they are."""
         phi, lam, c = factors
+        if fused:
+            from ..functional.kernels import lowrank_prior_attention
+
+            return lowrank_prior_attention(q, k, v, phi, lam, c, prior_floor=PRIOR_FLOOR, scale=scale)
+        n_rep = self.n_head // self.n_kv_head
         k, v, phi, c = (repeat_kv(x, n_rep) for x in (k, v, phi, c))
         lam = lam.repeat_interleave(n_rep, dim=1)  # [B, H, T], as repeat_kv orders the heads
         gate, block = self.magnitude, prefix_block(self.config, q.device.type)
@@ -194,12 +200,14 @@ class Attention(nn.Module):
         if cfg.count_prior and count_prior is None:
             raise ConfigError("attention.count_prior=true needs the token ids' count prior: pass count_prior="
                               "count_log_prior(idx) (attnlab.GPT does)")
+        prefix = cfg.magnitude is not None and cfg.magnitude.form == "prefix"
         how = route(cfg, return_weights=return_weights, dropout=self.training and self.attn_dropout > 0,
                     device=x.device.type, dtype=str(x.dtype).removeprefix("torch."))
         if how.forced:
             say_route(how.forced)
         elif how.path == "triton":
-            say_route(f"the triton path (attnlab.functional.kernels.prior_attention) on {x.device.type}, "
+            kernel = "lowrank_prior_attention" if prefix else "prior_attention"
+            say_route(f"the triton path (attnlab.functional.kernels.{kernel}) on {x.device.type}, "
                       f"backend={cfg.backend!r}")
         if kv is not None and not how.cacheable:
             raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate, count prior "
@@ -216,7 +224,7 @@ class Attention(nn.Module):
             q, k, v = self.project(x)
         value_gate = logit_prior = factors = logit_fn = None
         cascade = []  # CODA's a^l, filled by logit_fn on the explicit path
-        if how.path == "prefix_blocks":
+        if how.path == "prefix_blocks" or (how.path == "triton" and prefix):
             factors = self.magnitude.prefix_factors(k)  # (phi, lambda, c): M_ij = (1 - phi_j'c_i) / lambda_j
         elif self.magnitude is not None:  # keys before RoPE: clones of a token stay clones at every position
             g = self.magnitude(k).to(v.dtype)  # [B, Hkv, S] or, for "prefix", [B, Hkv, T, S]
@@ -254,7 +262,7 @@ class Attention(nn.Module):
             out = self._differential(q, k, v, scale, logit_prior, how.path, return_weights)
         elif factors is not None:
             out = self._prefix_blocks(q, k, v, factors, (default_scale(q.shape[-1]) if scale is None else scale)
-                                      / cfg.temperature)
+                                      / cfg.temperature, fused=how.path == "triton")
         else:
             out = attention(
                 q, k, v,

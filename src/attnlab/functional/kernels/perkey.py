@@ -17,9 +17,10 @@ instruction): s2 = s * log2(e), lse2 = lse * log2(e).
 
 Memory: O(B H T) besides the inputs and outputs (the log-sum-exp, the row sums delta_i and the per-query-head dp).
 
-How it will be called: the attention routing in :mod:`attnlab.functional.attention` takes this path for a causal
-``logit_prior`` of shape [B, H, T] (per key) when :func:`attnlab.functional.kernels.available` says Triton can run,
-and keeps SDPA with a float mask or the explicit path otherwise.
+How it is called: :func:`attnlab.functional.attention.attention` takes this path with backend="triton", and with
+backend="auto" on CUDA for a causal ``logit_prior`` of shape [B, H or Hkv, T] (per key) when
+:func:`attnlab.functional.kernels.available` says Triton can run; it keeps SDPA with a float mask or the explicit
+path otherwise.
 """
 
 from __future__ import annotations
