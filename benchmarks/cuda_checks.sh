@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks and measurements in one command, each step bounded, logs and JSON under $1 (default $OUT or ./cuda-out):
-#   first the Triton kernels: tests/test_prior_kernel.py and tests/test_lowrank_prior_kernel.py compiled on the GPU
+#   first the Triton kernels: tests/test_prior_kernel.py, test_lowrank_prior_kernel.py and test_lowrank_gate_kernel.py
+#   compiled on the GPU
 #   (float32 and bfloat16, -rA so each case is named; test_prior_kernel.log), benchmarks/kernels.py for the per-key
 #   prior kernel against SDPA flash, the float mask and FlexAttention (kernels.json) and for the low-rank prefix prior
 #   kernel at r = 16 against SDPA flash, the dense prior as a float mask and the PyTorch block path
@@ -26,7 +27,7 @@ t0=$(date +%s); stamp() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
   python3 -c "import torch,sys;print(sys.version, torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
   nproc; } > "$DEST/machine.txt" 2>&1
 stamp kernel_tests
-timeout 200 python3 -m pytest -q -rA -p no:cacheprovider tests/test_prior_kernel.py tests/test_lowrank_prior_kernel.py \
+timeout 200 python3 -m pytest -q -rA -p no:cacheprovider tests/test_prior_kernel.py tests/test_lowrank_prior_kernel.py tests/test_lowrank_gate_kernel.py \
   > "$DEST/test_prior_kernel.log" 2>&1
 echo "rc $?" >> "$DEST/test_prior_kernel.log"; grep -E "passed|failed|FAILED|rc " "$DEST/test_prior_kernel.log" | tail -8
 stamp kernel_bench

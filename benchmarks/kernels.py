@@ -159,11 +159,13 @@ def dense_lowrank_mask(phi, lam, c, dtype):
 
 
 def lowrank_routes(q, k, v, phi, lam, c, do):
-    """{name: a function that runs one forward+backward} for the low-rank prior; every input a leaf."""
+    """{name: a function that runs one forward+backward} for the low-rank prior and the value gate; every input a
+    leaf."""
+    import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from attnlab.functional.kernels import lowrank_prior_attention
+    from attnlab.functional.kernels import lowrank_gate_attention, lowrank_prior_attention
     from attnlab.mechanisms.magnitude.prefix_blocks import lowrank_prefix_attention
 
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -182,8 +184,16 @@ def lowrank_routes(q, k, v, phi, lam, c, do):
     def prefix_blocks():
         lowrank_prefix_attention(q, k, v, phi, lam, c, scale=scale, prior_floor=LOWRANK_FLOOR, block=64).backward(do)
 
+    def gate_kernel():  # the value gate g(M_ij) v_j (clamp), beta and gamma learned
+        lowrank_gate_attention(q, k, v, phi, lam, c, beta, gamma, scale=scale).backward(do)
+
+    def gate_prefix_blocks():
+        lowrank_prefix_attention(q, k, v, phi, lam, c, beta, gamma, scale=scale, block=64).backward(do)
+
+    beta = torch.tensor(4.0, device=q.device, requires_grad=True)
+    gamma = torch.tensor(-2.0, device=q.device, requires_grad=True)
     return {"sdpa_flash": sdpa_flash, "kernel": kernel, "sdpa_float_mask": sdpa_float_mask,
-            "prefix_blocks": prefix_blocks}
+            "prefix_blocks": prefix_blocks, "gate_kernel": gate_kernel, "gate_prefix_blocks": gate_prefix_blocks}
 
 
 def measure_lowrank(seq, args):

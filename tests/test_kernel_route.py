@@ -90,10 +90,10 @@ def test_auto_takes_triton_on_cuda_only_for_a_per_key_prior(monkeypatch):
     assert route(cfg, device="cuda", dtype="float32").path == "sdpa"
 
 
-def test_auto_takes_the_lowrank_kernel_on_cuda_for_the_lowrank_prefix_prior(monkeypatch):
-    """The low-rank prefix prior (form 'prefix', solver 'lowrank', apply 'logits') goes to the low-rank kernel on
-    CUDA and to the prefix blocks elsewhere; rank above the kernel's 64, the value gate or the exact solver keep it
-    off the kernel, and backend='triton' names them."""
+def test_auto_takes_the_lowrank_kernels_on_cuda_for_the_lowrank_prefix_form(monkeypatch):
+    """The low-rank prefix form (form 'prefix', solver 'lowrank'), as the prior or the value gate, goes to the
+    low-rank kernels on CUDA and to the prefix blocks elsewhere; a rank above the kernels' 64 or the exact solver
+    keep it off them, and backend='triton' names them."""
     from attnlab import attention_config
 
     monkeypatch.setattr(attention_config, "_triton_available", lambda: True)
@@ -105,9 +105,12 @@ def test_auto_takes_the_lowrank_kernel_on_cuda_for_the_lowrank_prefix_prior(monk
     assert route(wide, device="cuda", dtype="bfloat16").path == "prefix_blocks"
     one_line_error(lambda: wide.replace(backend="triton"), "backend='triton'", "magnitude form 'prefix'", "rank <= 64")
     gate = cfg.replace(magnitude=cfg.magnitude.replace(apply="values"))
-    for other in (gate, get_variant("magnitude-prefix-logits")):  # the value gate; the exact solver
-        assert route(other, device="cuda", dtype="bfloat16").path != "triton", other
-        one_line_error(lambda: other.replace(backend="triton"), "backend='triton'", "magnitude form")
+    assert route(gate, device="cuda", dtype="bfloat16") == ("triton", None, False)
+    assert route(gate, device="cpu", dtype="float32").path == "prefix_blocks"
+    exact = get_variant("magnitude-prefix-logits")
+    assert route(exact, device="cuda", dtype="bfloat16").path != "triton"
+    one_line_error(lambda: exact.replace(backend="triton"), "backend='triton'", "magnitude form 'prefix'",
+                   "solver other than 'lowrank'")
 
 
 def test_backend_triton_forces_the_route_and_gives_up_the_cache():
@@ -256,8 +259,10 @@ def test_attention_on_triton_against_float64(h, hkv, prior_heads):
 
 
 def _model(variant, backend, dtype=torch.float32, **kw):
+    """A 2-layer GPT of ``variant`` (a registered name or an AttentionConfig) on ``backend``."""
     torch.manual_seed(0)
-    cfg = fit_rank(get_variant(variant).replace(backend=backend, **kw), T)
+    cfg = get_variant(variant) if isinstance(variant, str) else variant
+    cfg = fit_rank(cfg.replace(backend=backend, **kw), T)
     model = GPT(GPTConfig(vocab_size=VOCAB, block_size=T, n_layer=2, n_head=4, n_embd=32, attention=cfg))
     return model.to(dtype=dtype, device=DEVICE)
 
@@ -299,29 +304,41 @@ def test_the_variant_on_triton_matches_sdpa_and_float64(n_kv_head, caplog):
     assert err(without_prior, ref_logits) > 1e-2  # the bounds are far below what a lost prior would cost
 
 
+def _lowrank_gate(form):
+    """magnitude-prefix-logits-lowrank with the value gate ``form`` in place of the prior (no registered variant
+    has it; beta = 4, gamma = -2 so that the clamp and linear gates' kinks are crossed)."""
+    cfg = get_variant(LOWRANK_VARIANT)
+    return cfg.replace(magnitude=cfg.magnitude.replace(apply="values", gate=form, beta=4.0, gamma=-2.0))
+
+
 @needs_triton
-@pytest.mark.parametrize("n_kv_head", [None, 2])
-def test_the_lowrank_variant_on_triton_matches_the_prefix_blocks_and_float64(n_kv_head, caplog):
-    """magnitude-prefix-logits-lowrank with backend="triton" (the kernel lowrank_prior_attention, float32): the
-    logits and every parameter's gradient (the prior's gradient reaches k_proj, the landmarks and the kernel's
-    temperature through phi, lambda and c) against the same model on the prefix blocks in float32, the logits to TOL
-    and the gradients to GRAD_TOL32, and against the float64 explicit path ([T, T] weights from the same low-rank
+@pytest.mark.parametrize("variant, n_kv_head, kernel", [
+    (LOWRANK_VARIANT, None, "lowrank_prior_attention"), (LOWRANK_VARIANT, 2, "lowrank_prior_attention"),
+    *[(_lowrank_gate(form), n, "lowrank_gate_attention") for form, n in (("clamp", 2), ("sigmoid", None),
+                                                                          ("linear", None))]],
+    ids=["prior", "prior-gqa", "clamp-gqa", "sigmoid", "linear"])
+def test_the_lowrank_forms_on_triton_match_the_prefix_blocks_and_float64(variant, n_kv_head, kernel, caplog):
+    """magnitude-prefix-logits-lowrank, and the same with each value gate, with backend="triton" (the kernels
+    lowrank_prior_attention and lowrank_gate_attention, float32): the logits and every parameter's gradient (the
+    prior's or the gate's gradient reaches k_proj, the landmarks, the kernel's temperature and the gate's beta and
+    gamma through phi, lambda and c) against the same model on the prefix blocks in float32, the logits to TOL and
+    the gradients to GRAD_TOL32, and against the float64 explicit path ([T, T] weights from the same low-rank
     solve), the logits to TOL and the gradients to GRAD_TOL64 (the float32 solve's own error, as for the per-key
-    variant). Dropping the prior moves the logits far more than these bounds."""
+    variant). Dropping the magnitude weights moves the logits far more than these bounds."""
     idx = torch.randint(0, VOCAB, (2, T), generator=torch.Generator().manual_seed(1))
-    ref_logits, ref_grads = _logits_and_grads(_model(LOWRANK_VARIANT, "explicit", torch.float64,
-                                                     n_kv_head=n_kv_head), idx)
+    ref_logits, ref_grads = _logits_and_grads(_model(variant, "explicit", torch.float64, n_kv_head=n_kv_head), idx)
     say_route.cache_clear()
     with caplog.at_level(logging.INFO, logger="attnlab"):
-        logits, grads = _logits_and_grads(_model(LOWRANK_VARIANT, "triton", n_kv_head=n_kv_head), idx)
+        logits, grads = _logits_and_grads(_model(variant, "triton", n_kv_head=n_kv_head), idx)
     assert [r.getMessage() for r in caplog.records].count(
-        f"attention: the triton path (attnlab.functional.kernels.lowrank_prior_attention) on {DEVICE}, "
-        f"backend='triton'") == 1
+        f"attention: the triton path (attnlab.functional.kernels.{kernel}) on {DEVICE}, backend='triton'") == 1
     assert set(grads) == set(ref_grads) and any("landmarks" in n for n in grads)
+    if kernel == "lowrank_gate_attention":
+        assert any(n.endswith("beta") for n in grads) and any(n.endswith("gamma") for n in grads)
     assert err(logits, ref_logits) < TOL
     for name, g in grads.items():
         assert err(g, ref_grads[name]) < GRAD_TOL64, name
-    blocks_logits, blocks_grads = _logits_and_grads(_model(LOWRANK_VARIANT, "auto", n_kv_head=n_kv_head), idx)
+    blocks_logits, blocks_grads = _logits_and_grads(_model(variant, "auto", n_kv_head=n_kv_head), idx)
     assert err(logits, blocks_logits) < TOL
     for name, g in grads.items():
         assert err(g, blocks_grads[name]) < GRAD_TOL32, name

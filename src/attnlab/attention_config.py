@@ -62,7 +62,7 @@ class AttentionConfig:
     mask_form: str = "additive"
     """`"additive"`: -inf inside the softmax; `"renormalize"`: Mask(B) after it, zero the future and renormalise (masking write-up; the two are equal, tested)."""
     backend: str = "auto"
-    """`"auto"`: `torch.nn.functional.scaled_dot_product_attention` whenever the options reduce to softmax(q k' s + mask) v (rbf included, by one extra coordinate), else the explicit formula, and on CUDA the Triton kernels for a per-key or low-rank prefix logit prior; `"sdpa"`: require SDPA; `"explicit"`; `"triton"`: require the Triton kernels (attnlab.functional.kernels; causal dot-product softmax with no prior, a per-key prior or the low-rank prefix prior)."""
+    """`"auto"`: `torch.nn.functional.scaled_dot_product_attention` whenever the options reduce to softmax(q k' s + mask) v (rbf included, by one extra coordinate), else the explicit formula, and on CUDA the Triton kernels for a per-key logit prior or the low-rank prefix form; `"sdpa"`: require SDPA; `"explicit"`; `"triton"`: require the Triton kernels (attnlab.functional.kernels; causal dot-product softmax with no prior, a per-key prior or the low-rank prefix form)."""
     magnitude: MagnitudeConfig | None = None
     """Magnitude weights of the keys (the Magnitude Attention write-up): `None` (off), or a MagnitudeConfig table (form, apply, t, eps, kernel, solver, rank, chunk, block, cg_iters, gate, beta, gamma, allow_future_leak: the magnitude switches below). A form name (`"global"`, `"causal"`, `"prefix"`) stands for the table with that form; `"off"` for None. The flat keys of older configs (`magnitude_t`, ...) are folded in when a config is read."""
     projections: ProjectionConfig = ProjectionConfig()
@@ -349,8 +349,8 @@ ROUTES = ("sdpa", "explicit", "prefix_blocks", "triton")
 GPU_MIN_BLOCK = 256  # magnitude.block=None on a device other than the CPU: at least this many queries per block
 LOWRANK_KERNEL_MAX_RANK = 64  # attnlab.functional.kernels.lowrank.MAX_RANK (not imported: it needs triton)
 TRITON_CONFIG = ("causal=true, kernel='dot', normalizer='softmax', mask_form='additive', magnitude 'off', a per-key "
-                 "form ('causal', 'global') or the low-rank prefix prior (form 'prefix', solver 'lowrank', rank <= 64, "
-                 "apply 'logits'), count_prior=false, sink=false, selective=false, heads.mix 'concat' or "
+                 "form ('causal', 'global') or the low-rank prefix form (form 'prefix', solver 'lowrank', rank <= 64; "
+                 "the prior or the value gate), count_prior=false, sink=false, selective=false, heads.mix 'concat' or "
                  "'moh', differential=false")
 
 
@@ -366,9 +366,9 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
     - "triton" for backend "triton", and for backend "auto" on CUDA, in float16, bfloat16 or float32, when Triton
       can run there (attnlab.functional.kernels.available) and the configuration is causal dot-product softmax with
       the additive mask and a per-key logit prior (magnitude form 'causal' or 'global' with apply='logits', the
-      kernel attnlab.functional.kernels.prior_attention) or the low-rank prefix prior (form 'prefix', solver
-      'lowrank', apply='logits': attnlab.functional.kernels.lowrank_prior_attention) and nothing the kernels do not
-      compute (:data:`TRITON_CONFIG`);
+      kernel attnlab.functional.kernels.prior_attention) or the low-rank prefix form (form 'prefix', solver
+      'lowrank', rank <= 64: attnlab.functional.kernels.lowrank_prior_attention for the prior,
+      lowrank_gate_attention for the value gate) and nothing the kernels do not compute (:data:`TRITON_CONFIG`);
     - "prefix_blocks" for the prefix magnitude form with the low-rank solver inside causal dot-product softmax with
       the additive mask, no head mixing inside the softmax, no count prior, no sink, no selective attention and
       backend "auto";
@@ -385,10 +385,10 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
     value_gate = _form(cfg) == "prefix" and m.apply == "values"
     reducible = uses_sdpa(normalizer=cfg.normalizer, causal=cfg.causal, mask_form=cfg.mask_form,
                           value_gate=value_gate, head_mix=logit_mix or cfg.selective)
-    per_key = m is not None and m.apply == "logits" and (m.form != "prefix" or _lowrank_logits(cfg))
+    fused = m is not None and ((m.apply == "logits" and m.form != "prefix") or _lowrank_kernel(cfg))
     dtype_fits = dtype is None or dtype in TRITON_DTYPES
     triton = cfg.backend == "triton" or (
-        cfg.backend == "auto" and device == "cuda" and per_key and dtype_fits and not _triton_misfits(cfg)
+        cfg.backend == "auto" and device == "cuda" and fused and dtype_fits and not _triton_misfits(cfg)
         and _triton_available())
     general = "sdpa" if reducible and cfg.backend != "explicit" and not return_weights else "explicit"
     own = "triton" if triton else "prefix_blocks" if blocks else (
@@ -416,19 +416,19 @@ def _triton_misfits(cfg: "AttentionConfig") -> list[str]:
         ("causal=false", cfg.causal), (f"kernel={cfg.kernel!r}", cfg.kernel == "dot"),
         (f"normalizer={cfg.normalizer!r}", cfg.normalizer == "softmax"),
         (f"mask_form={cfg.mask_form!r}", cfg.mask_form == "additive"),
-        ("magnitude form 'prefix' other than the low-rank solver's logits (rank <= 64)",
-         _form(cfg) != "prefix" or _lowrank_logits(cfg)),
+        ("magnitude form 'prefix' with a solver other than 'lowrank' or rank > 64",
+         _form(cfg) != "prefix" or _lowrank_kernel(cfg)),
         ("count_prior=true (per (i, j))", not cfg.count_prior), ("sink=true", not cfg.sink),
         ("selective=true", not cfg.selective), (f"heads.mix={cfg.heads.mix!r}", cfg.heads.mix not in LOGIT_MIXES),
         ("differential=true", not cfg.differential)) if not ok]
 
 
-def _lowrank_logits(cfg: "AttentionConfig") -> bool:
-    """Whether cfg's magnitude gate is the low-rank prefix prior that attnlab.functional.kernels.lowrank_prior_attention
-    computes: form 'prefix', solver 'lowrank' with rank <= 64, apply 'logits'."""
+def _lowrank_kernel(cfg: "AttentionConfig") -> bool:
+    """Whether cfg's magnitude gate is the low-rank prefix form that the Triton kernels compute: form 'prefix',
+    solver 'lowrank' with rank <= 64, as the logit prior (attnlab.functional.kernels.lowrank_prior_attention) or the
+    value gate (lowrank_gate_attention)."""
     m = cfg.magnitude
-    return (m is not None and m.form == "prefix" and m.solver == LOWRANK and m.apply == "logits"
-            and m.rank <= LOWRANK_KERNEL_MAX_RANK)
+    return m is not None and m.form == "prefix" and m.solver == LOWRANK and m.rank <= LOWRANK_KERNEL_MAX_RANK
 
 
 def _triton_available() -> bool:

@@ -13,6 +13,7 @@ from ..config import AttentionConfig
 from ..errors import ConfigError
 from ..functional.attention import attention, repeat_kv
 from ..mechanisms.heads.functional import cascade_logits
+from ..mechanisms.magnitude.names import GATE_ALIASES
 from ..mechanisms.magnitude.reference import PRIOR_FLOOR
 from ..mechanisms.magnitude.prefix_blocks import lowrank_prefix_attention
 from ..functional.scores import default_scale, qk_normalize
@@ -147,17 +148,21 @@ class Attention(nn.Module):
     def _prefix_blocks(self, q, k, v, factors, scale, fused: bool):
         """o = lowrank_prefix_attention of q [B, H, T, d] over k, v and the gate's factors [B, Hkv, T, .] (K/V heads
         repeated to H), in blocks of attnlab.attention_config.prefix_block's size; or, when ``fused`` (the route
-        "triton"), the logits form by the Triton kernel lowrank_prior_attention, which reads the K/V heads and the
-        factors as they are."""
+        "triton"), by the Triton kernels lowrank_prior_attention (the prior) or lowrank_gate_attention (the value
+        gate), which read the K/V heads and the factors as they are."""
         phi, lam, c = factors
+        gate = self.magnitude
         if fused:
-            from ..functional.kernels import lowrank_prior_attention
+            from ..functional import kernels
 
-            return lowrank_prior_attention(q, k, v, phi, lam, c, prior_floor=PRIOR_FLOOR, scale=scale)
+            if gate.apply_to == "logits":
+                return kernels.lowrank_prior_attention(q, k, v, phi, lam, c, prior_floor=PRIOR_FLOOR, scale=scale)
+            return kernels.lowrank_gate_attention(q, k, v, phi, lam, c, gate.beta, gate.gamma,
+                                                  gate=GATE_ALIASES.get(gate.gate_form, gate.gate_form), scale=scale)
         n_rep = self.n_head // self.n_kv_head
         k, v, phi, c = (repeat_kv(x, n_rep) for x in (k, v, phi, c))
         lam = lam.repeat_interleave(n_rep, dim=1)  # [B, H, T], as repeat_kv orders the heads
-        gate, block = self.magnitude, prefix_block(self.config, q.device.type)
+        block = prefix_block(self.config, q.device.type)
         if gate.apply_to == "logits":  # softmax(z_ij + log max(M_ij, floor))
             return lowrank_prefix_attention(q, k, v, phi, lam, c, scale=scale, prior_floor=PRIOR_FLOOR, block=block)
         return lowrank_prefix_attention(q, k, v, phi, lam, c, gate.beta, gate.gamma, gate=gate.gate_form, scale=scale,
@@ -206,7 +211,8 @@ class Attention(nn.Module):
         if how.forced:
             say_route(how.forced)
         elif how.path == "triton":
-            kernel = "lowrank_prior_attention" if prefix else "prior_attention"
+            kernel = "prior_attention" if not prefix else (
+                "lowrank_prior_attention" if cfg.magnitude.apply == "logits" else "lowrank_gate_attention")
             say_route(f"the triton path (attnlab.functional.kernels.{kernel}) on {x.device.type}, "
                       f"backend={cfg.backend!r}")
         if kv is not None and not how.cacheable:

@@ -74,3 +74,15 @@ def block_sizes(fail: Callable[[str], None], device, block_m, block_n, *dims) ->
 def precision(dtype: torch.dtype) -> str:
     """tl.dot's input precision: IEEE for float32 (no TF32 rounding), TF32 (the native path) for 16-bit inputs."""
     return "ieee" if dtype == torch.float32 else "tf32"
+
+
+@triton.jit
+def online_softmax_gated_step(s2, g, m_i, l_i, acc, v, PRECISION: tl.constexpr):
+    """:func:`online_softmax_step` with a gate g [BLOCK_M, BLOCK_N] on the values and not on the normaliser:
+    l_i sums exp2(s2_ij - m_i), acc sums exp2(s2_ij - m_i) g_ij v_j, so that acc / l_i = sum_j p_ij g_ij v_j."""
+    m_new = tl.maximum(m_i, tl.max(s2, 1))
+    alpha = tl.exp2(m_i - m_new)
+    e = tl.exp2(s2 - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(e, 1)
+    acc = acc * alpha[:, None] + tl.dot((e * g).to(v.dtype), v, input_precision=PRECISION)
+    return m_new, l_i, acc

@@ -41,11 +41,13 @@ import triton
 import triton.language as tl
 
 from . import available
-from .common import LOG2E, block_sizes, check_qkv, online_softmax_step, precision
+from .common import LOG2E, block_sizes, check_qkv, online_softmax_gated_step, online_softmax_step, precision
 
-__all__ = ["LowrankPriorAttention", "MAX_RANK", "lowrank_prior_attention"]
+__all__ = ["GATES", "LowrankPrefixAttention", "MAX_RANK", "lowrank_gate_attention", "lowrank_prior_attention"]
 
 MAX_RANK = 64
+GATES = ("clamp", "sigmoid", "linear")  # the value gates of attnlab.mechanisms.magnitude.reference.gate
+_GATE_CODE = {"clamp": 1, "sigmoid": 2, "linear": 3}  # the kernels' GATE; 0 is the logit prior
 
 
 @triton.jit
@@ -57,10 +59,30 @@ def _prior_tile(c, phi_t, inv_lam, floor):
 
 
 @triton.jit
-def _forward_kernel(Q, K, V, C, PHI, LAM, O, LSE2,
+def _gate_tile(m, beta, gamma, GATE: tl.constexpr):
+    """(g, x, dg/du, dx/dM) of one tile for the value gate GATE (1 clamp, 2 sigmoid, 3 linear): u = beta x + gamma
+    with x = clamp(M, 0, 1) (clamp) or M; g = sigmoid(u) (clamp, sigmoid) or clamp(u, 0, 1) (linear)."""
+    if GATE == 1:
+        x = tl.minimum(tl.maximum(m, 0.0), 1.0)
+        passes = tl.where((m >= 0.0) & (m <= 1.0), 1.0, 0.0)  # where the clamp passes dM
+    else:
+        x = m
+        passes = tl.full(m.shape, 1.0, tl.float32)
+    u = beta * x + gamma
+    if GATE == 3:
+        g = tl.minimum(tl.maximum(u, 0.0), 1.0)
+        slope = tl.where((u >= 0.0) & (u <= 1.0), 1.0, 0.0)  # clamp(u, 0, 1)' (flat outside [0, 1])
+    else:
+        g = tl.sigmoid(u)
+        slope = g * (1.0 - g)  # sigmoid' = g (1 - g)
+    return g, x, slope, passes
+
+
+@triton.jit
+def _forward_kernel(Q, K, V, C, PHI, LAM, BG, O, LSE2,
                     sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sfb, sfh, slb, slh, sob, soh, sot,
                     T, H, D, R, GROUP, F_DIV, qk_scale2, floor,
-                    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    GATE: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -82,6 +104,8 @@ def _forward_kernel(Q, K, V, C, PHI, LAM, O, LSE2,
     k_base = K + b * skb + hk * skh
     v_base = V + b * svb + hk * svh
     lam_base = LAM + b * slb + hf * slh
+    beta = tl.load(BG)  # the value gate's beta and gamma (unused by the prior, GATE = 0)
+    gamma = tl.load(BG + 1)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running row maximum of s2
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum_j exp2(s2_ij - m_i)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)  # running sum_j exp2(s2_ij - m_i) v_j
@@ -96,10 +120,16 @@ def _forward_kernel(Q, K, V, C, PHI, LAM, O, LSE2,
         phi_t = tl.load(PHI + f_base + offs_n[None, :] * R + offs_r[:, None],
                         mask=col_ok[None, :] & r_ok[:, None], other=0.0)  # [BLOCK_R, BLOCK_N]
         inv_lam = 1.0 / tl.load(lam_base + offs_n, mask=col_ok, other=1.0)
-        prior2, _, _ = _prior_tile(c, phi_t, inv_lam[None, :], floor)
-        s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2 + prior2  # (s q_i . k_j + log max(M_ij, f)) log2 e
+        prior2, m, _ = _prior_tile(c, phi_t, inv_lam[None, :], floor)
+        s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2
         keep = (offs_n[None, :] <= offs_m[:, None]) & col_ok[None, :]  # j <= i, j < T
-        m_i, l_i, acc = online_softmax_step(tl.where(keep, s2, float("-inf")), m_i, l_i, acc, v, PRECISION)
+        if GATE == 0:  # (s q_i . k_j + log max(M_ij, f)) log2 e
+            m_i, l_i, acc = online_softmax_step(tl.where(keep, s2 + prior2, float("-inf")), m_i, l_i, acc, v,
+                                                PRECISION)
+        else:  # softmax_j(s q_i . k_j) g(M_ij) v_j
+            g, _, _, _ = _gate_tile(m, beta, gamma, GATE)
+            m_i, l_i, acc = online_softmax_gated_step(tl.where(keep, s2, float("-inf")), g, m_i, l_i, acc, v,
+                                                      PRECISION)
     out = acc / l_i[:, None]  # o_i = sum_j exp2(s2_ij - m_i) v_j / sum_j exp2(s2_ij - m_i)
     tl.store(O + b * sob + h * soh + offs_m[:, None] * sot + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=row_ok[:, None] & d_ok[None, :])
@@ -107,10 +137,10 @@ def _forward_kernel(Q, K, V, C, PHI, LAM, O, LSE2,
 
 
 @triton.jit
-def _dkdv_kernel(Q, K, V, C, PHI, LAM, DO, LSE2, DELTA, DK, DV, DPHI, DLAM,
+def _dkdv_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DK, DV, DPHI, DLAM,
                  sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sfb, sfh, slb, slh, sdb, sdh, sdt,
                  T, HKV, D, R, GROUP, F_DIV, scale, qk_scale2, floor,
-                 PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 GATE: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
     # One program per (key block, batch, K/V head). Tiles are transposed, [key j, query i]. dk_j and dv_j sum over
     # the group's query heads in registers; dphi_j and dlambda_j are stored per query head (summed outside).
@@ -129,16 +159,18 @@ def _dkdv_kernel(Q, K, V, C, PHI, LAM, DO, LSE2, DELTA, DK, DV, DPHI, DLAM,
     v = tl.load(V + b * svb + hk * svh + offs_n[:, None] * svt + offs_d[None, :], mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    beta = tl.load(BG)
+    gamma = tl.load(BG + 1)
     lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M  # causal: no query block before the one holding key pid_n*BLOCK_N
-    for g in range(0, GROUP):
-        h = hk * GROUP + g
+    for member in range(0, GROUP):
+        h = hk * GROUP + member
         bh = b * HKV * GROUP + h
         f_base = b * sfb + (h // F_DIV) * sfh
         phi = tl.load(PHI + f_base + offs_n[:, None] * R + offs_r[None, :], mask=col_ok[:, None] & r_ok[None, :],
                       other=0.0)  # [BLOCK_N, BLOCK_R]
         inv_lam = 1.0 / tl.load(LAM + b * slb + (h // F_DIV) * slh + offs_n, mask=col_ok, other=1.0)
         dphi = tl.zeros([BLOCK_N, BLOCK_R], dtype=tl.float32)
-        dlam = tl.zeros([BLOCK_N], dtype=tl.float32)  # sum_i dS_ij where M_ij >= floor
+        dlam = tl.zeros([BLOCK_N], dtype=tl.float32)  # sum_i dM_ij M_ij
         for start_m in range(lo, T, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
             row_ok = offs_m < T
@@ -157,30 +189,41 @@ def _dkdv_kernel(Q, K, V, C, PHI, LAM, DO, LSE2, DELTA, DK, DV, DPHI, DLAM,
             lse2 = tl.load(LSE2 + bh * T + offs_m, mask=row_ok, other=0.0)
             delta = tl.load(DELTA + bh * T + offs_m, mask=row_ok, other=0.0)
             prior2_t, m_t, w_t = _prior_tile(phi, c_t, inv_lam[:, None], floor)  # M_ij at [j, i]
-            s2_t = tl.dot(k, q_t, input_precision=PRECISION) * qk_scale2 + prior2_t
+            s2_t = tl.dot(k, q_t, input_precision=PRECISION) * qk_scale2
+            if GATE == 0:
+                s2_t += prior2_t
             keep = (offs_n[:, None] <= offs_m[None, :]) & col_ok[:, None] & row_ok[None, :]
-            a_t = tl.where(keep, tl.exp2(s2_t - lse2[None, :]), 0.0)  # a_ij = exp(s_ij - lse_i)
-            dv += tl.dot(a_t.to(do.dtype), do, input_precision=PRECISION)  # dv_j = sum_i a_ij do_i
+            a_t = tl.where(keep, tl.exp2(s2_t - lse2[None, :]), 0.0)  # p_ij = exp(s_ij - lse_i)
             da_t = tl.dot(v, do_t, input_precision=PRECISION)  # da_ij = do_i . v_j
-            ds_t = a_t * (da_t - delta[None, :])  # dS_ij = a_ij (da_ij - delta_i), delta_i = do_i . o_i
+            if GATE == 0:
+                dv += tl.dot(a_t.to(do.dtype), do, input_precision=PRECISION)  # dv_j = sum_i p_ij do_i
+                ds_t = a_t * (da_t - delta[None, :])  # dS_ij = p_ij (da_ij - delta_i), delta_i = do_i . o_i
+                above = m_t >= floor  # where the prior is log M_ij (it is flat below the floor)
+                big_g_t = tl.where(above, ds_t / w_t, 0.0)  # G_ij = dS_ij / (lambda_j M_ij) = dM_ij / lambda_j
+                dmm_t = tl.where(above, ds_t, 0.0)  # dM_ij M_ij
+            else:
+                g_t, _, slope_t, passes_t = _gate_tile(m_t, beta, gamma, GATE)
+                dv += tl.dot((a_t * g_t).to(do.dtype), do, input_precision=PRECISION)  # dv_j = sum_i p_ij g_ij do_i
+                ds_t = a_t * (g_t * da_t - delta[None, :])  # dS_ij = p_ij (g_ij da_ij - delta_i)
+                dm_t = a_t * da_t * slope_t * beta * passes_t  # dM_ij = p_ij da_ij g'(u_ij) beta [x passes M]
+                big_g_t = dm_t * inv_lam[:, None]  # G_ij = dM_ij / lambda_j
+                dmm_t = dm_t * m_t
             dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)  # dk_j = scale sum_i dS_ij q_i
-            above = m_t >= floor  # where the prior is log M_ij (it is flat below the floor)
-            g_t = tl.where(above, ds_t / w_t, 0.0)  # G_ij = dS_ij / (lambda_j M_ij) = dM_ij / lambda_j
-            dphi -= tl.dot(g_t, c, input_precision="ieee")  # dphi_j = -sum_i G_ij c_i
-            dlam += tl.sum(tl.where(above, ds_t, 0.0), 1)
+            dphi -= tl.dot(big_g_t, c, input_precision="ieee")  # dphi_j = -sum_i G_ij c_i
+            dlam += tl.sum(dmm_t, 1)
         fh = bh * T  # per-query-head gradient buffers [B, H, T(, R)], contiguous
         tl.store(DPHI + (fh + offs_n[:, None]) * R + offs_r[None, :], dphi, mask=col_ok[:, None] & r_ok[None, :])
-        tl.store(DLAM + fh + offs_n, -dlam * inv_lam, mask=col_ok)  # dlambda_j = -(1/lambda_j) sum_i dS_ij [above]
+        tl.store(DLAM + fh + offs_n, -dlam * inv_lam, mask=col_ok)  # dlambda_j = -(1/lambda_j) sum_i dM_ij M_ij
     tl.store(DK + pid_bk * T * D + offs_n[:, None] * D + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
              mask=kv_mask)
     tl.store(DV + pid_bk * T * D + offs_n[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
-def _dq_kernel(Q, K, V, C, PHI, LAM, DO, LSE2, DELTA, DQ, DC,
+def _dq_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DQ, DC, DBETA, DGAMMA,
                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sfb, sfh, slb, slh, sdb, sdh, sdt,
                T, H, D, R, GROUP, F_DIV, scale, qk_scale2, floor,
-               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               GATE: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -206,6 +249,10 @@ def _dq_kernel(Q, K, V, C, PHI, LAM, DO, LSE2, DELTA, DQ, DC,
     lam_base = LAM + b * slb + (h // F_DIV) * slh
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     dc = tl.zeros([BLOCK_M, BLOCK_R], dtype=tl.float32)
+    beta = tl.load(BG)
+    gamma = tl.load(BG + 1)
+    dbeta = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum_j dL/du_ij x_ij of query i (the value gate only)
+    dgamma = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum_j dL/du_ij
     hi = tl.minimum((pid_m + 1) * BLOCK_M, T)
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -221,54 +268,75 @@ def _dq_kernel(Q, K, V, C, PHI, LAM, DO, LSE2, DELTA, DQ, DC,
                         other=0.0)  # [BLOCK_R, BLOCK_N]
         inv_lam = 1.0 / tl.load(lam_base + offs_n, mask=col_ok, other=1.0)
         prior2, m, w = _prior_tile(c, phi_t, inv_lam[None, :], floor)
-        s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2 + prior2
+        s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2
+        if GATE == 0:
+            s2 += prior2
         keep = (offs_n[None, :] <= offs_m[:, None]) & col_ok[None, :] & row_ok[:, None]
-        a = tl.where(keep, tl.exp2(s2 - lse2[:, None]), 0.0)  # a_ij = exp(s_ij - lse_i)
+        a = tl.where(keep, tl.exp2(s2 - lse2[:, None]), 0.0)  # p_ij = exp(s_ij - lse_i)
         da = tl.dot(do, v_t, input_precision=PRECISION)  # da_ij = do_i . v_j
-        ds = a * (da - delta[:, None])  # dS_ij = a_ij (da_ij - delta_i)
+        if GATE == 0:
+            ds = a * (da - delta[:, None])  # dS_ij = p_ij (da_ij - delta_i)
+            big_g = tl.where(m >= floor, ds / w, 0.0)  # G_ij = dM_ij / lambda_j (0 below the floor)
+        else:
+            g, x, slope, passes = _gate_tile(m, beta, gamma, GATE)
+            ds = a * (g * da - delta[:, None])  # dS_ij = p_ij (g_ij da_ij - delta_i)
+            du = a * da * slope  # dL/du_ij = p_ij da_ij g'(u_ij)
+            dbeta += tl.sum(du * x, 1)
+            dgamma += tl.sum(du, 1)
+            big_g = du * beta * passes * inv_lam[None, :]  # G_ij = dM_ij / lambda_j
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)  # dq_i = scale sum_j dS_ij k_j
-        g = tl.where(m >= floor, ds / w, 0.0)  # G_ij = dM_ij / lambda_j (0 below the floor)
-        dc -= tl.dot(g, phi, input_precision="ieee")  # dc_i = -sum_j G_ij phi_j
+        dc -= tl.dot(big_g, phi, input_precision="ieee")  # dc_i = -sum_j G_ij phi_j
     tl.store(DQ + pid_bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
              mask=q_mask)
     tl.store(DC + (pid_bh * T + offs_m[:, None]) * R + offs_r[None, :], dc, mask=c_mask)
+    if GATE != 0:  # per (b, h, i) [B, H, T], summed outside
+        tl.store(DBETA + pid_bh * T + offs_m, dbeta, mask=row_ok)
+        tl.store(DGAMMA + pid_bh * T + offs_m, dgamma, mask=row_ok)
 
 
-def _fail(message: str):
-    raise ValueError(f"lowrank_prior_attention: {message}")
+def _failing(name: str):
+    """A function that raises a one-line ValueError prefixed with the public function's name."""
+    def fail(message: str):
+        raise ValueError(f"{name}: {message}")
+    return fail
+
+
+_fail = _failing("lowrank_prior_attention")
 
 
 def _shape(x):
     return tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
 
 
-def _check(q, k, v, phi, lam, c, scale, prior_floor):
-    """One-line ValueErrors for shapes, dtypes, devices and floors the kernels do not take."""
-    check_qkv(_fail, q, k, v, scale)
+def _check(q, k, v, phi, lam, c, scale, prior_floor, block_m, block_n, fail=_fail):
+    """One-line ValueErrors (through ``fail``) for shapes, dtypes, devices, floors and blocks the kernels do not
+    take."""
+    check_qkv(fail, q, k, v, scale)
     for name, x, dims in (("phi", phi, "[B, H, T, r]"), ("lam", lam, "[B, H, T]"), ("c", c, "[B, H, T, r]")):
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-            _fail(f"{name} must be a floating-point tensor {dims}, got "
+            fail(f"{name} must be a floating-point tensor {dims}, got "
                   f"{x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}")
     for name, x in (("phi", phi), ("lam", lam), ("c", c)):
         if x.device != q.device:
-            _fail(f"{name} is on {x.device} but q is on {q.device}; all inputs must share one device")
+            fail(f"{name} is on {x.device} but q is on {q.device}; all inputs must share one device")
     for name, x in (("phi", phi), ("c", c)):
         if x.numel() >= 2**31:
-            _fail(f"{name} has {x.numel()} elements; allowed: fewer than 2**31 (the kernels index in 32 bits)")
+            fail(f"{name} has {x.numel()} elements; allowed: fewer than 2**31 (the kernels index in 32 bits)")
     b, h, t, _ = q.shape
     hkv = k.shape[1]
     heads = " or ".join(map(str, sorted({1, hkv, h})))
     if phi.dim() != 4 or phi.shape[0] not in (1, b) or phi.shape[1] not in (1, hkv, h) or phi.shape[2] != t:
-        _fail(f"phi has shape {tuple(phi.shape)}; allowed: [{b} or 1, {heads}, {t}, r]")
+        fail(f"phi has shape {tuple(phi.shape)}; allowed: [{b} or 1, {heads}, {t}, r]")
     r = phi.shape[3]
     if not 1 <= r <= MAX_RANK:
-        _fail(f"rank {r} (phi's last dimension); allowed: 1 to {MAX_RANK}")
+        fail(f"rank {r} (phi's last dimension); allowed: 1 to {MAX_RANK}")
     if tuple(c.shape) != tuple(phi.shape):
-        _fail(f"c has shape {tuple(c.shape)}; allowed: the shape of phi, {tuple(phi.shape)}")
+        fail(f"c has shape {tuple(c.shape)}; allowed: the shape of phi, {tuple(phi.shape)}")
     if tuple(lam.shape) != tuple(phi.shape[:3]):
-        _fail(f"lam has shape {tuple(lam.shape)}; allowed: phi's shape without its rank, {tuple(phi.shape[:3])}")
+        fail(f"lam has shape {tuple(lam.shape)}; allowed: phi's shape without its rank, {tuple(phi.shape[:3])}")
     if not (isinstance(prior_floor, (int, float)) and math.isfinite(prior_floor) and prior_floor > 0):
-        _fail(f"prior_floor={prior_floor!r}; allowed: a finite number > 0 (the prior is log max(M, prior_floor))")
+        fail(f"prior_floor={prior_floor!r}; allowed: a finite number > 0 (the prior is log max(M, prior_floor))")
+    block_sizes(fail, q.device, block_m, block_n)
 
 
 def _factor_layout(phi, lam, c, h, hkv):
@@ -289,61 +357,76 @@ def _per_head_to(grad, shape, dtype, hkv, group, div):
     return grad.sum_to_size(shape).to(dtype)
 
 
-class LowrankPriorAttention(torch.autograd.Function):
-    """Autograd node of :func:`lowrank_prior_attention`: the forward kernel, then the dK/dV/dphi/dlambda and dq/dc
-    kernels."""
+class LowrankPrefixAttention(torch.autograd.Function):
+    """Autograd node of :func:`lowrank_prior_attention` (gate 0) and :func:`lowrank_gate_attention` (gate 1, 2, 3:
+    clamp, sigmoid, linear): the forward kernel, then the dK/dV/dphi/dlambda and dq/dc(/dbeta/dgamma) kernels.
+    beta, gamma: 0-d tensors (unused by the prior)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, phi, lam, c, scale, floor, block_m, block_n):
+    def forward(ctx, q, k, v, phi, lam, c, beta, gamma, scale, floor, gate, block_m, block_n):
         b, h, t, d = q.shape
         hkv = k.shape[1]
         r = phi.shape[-1]
-        shapes = [(tuple(x.shape), x.dtype) for x in (phi, lam, c)]
+        shapes = [(tuple(x.shape), x.dtype) for x in (phi, lam, c, beta, gamma)]
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         block_m, block_n, block_d, block_r = block_sizes(_fail, q.device, block_m, block_n, d, r)
         phi, lam, c, f_strides, f_div = _factor_layout(phi, lam, c, h, hkv)
+        bg = torch.stack([beta.reshape(()), gamma.reshape(())]).to(q.device, torch.float32).contiguous()
         o = torch.empty_like(q)
         lse2 = torch.empty((b, h, t), device=q.device, dtype=torch.float32)
         prec = precision(q.dtype)
         grid = (triton.cdiv(t, block_m), b * h)
-        _forward_kernel[grid](q, k, v, c, phi, lam, o, lse2,
+        _forward_kernel[grid](q, k, v, c, phi, lam, bg, o, lse2,
                               q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                               v.stride(0), v.stride(1), v.stride(2), *f_strides,
                               o.stride(0), o.stride(1), o.stride(2),
                               t, h, d, r, h // hkv, f_div, scale * LOG2E, floor,
-                              PRECISION=prec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+                              GATE=gate, PRECISION=prec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
                               BLOCK_R=block_r, num_warps=4)
-        ctx.save_for_backward(q, k, v, phi, lam, c, o, lse2)
-        ctx.meta = (scale, floor, block_m, block_n, block_d, block_r, f_strides, f_div, prec, shapes)
+        ctx.save_for_backward(q, k, v, phi, lam, c, bg, o, lse2)
+        ctx.meta = (scale, floor, gate, block_m, block_n, block_d, block_r, f_strides, f_div, prec, shapes)
         return o
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, phi, lam, c, o, lse2 = ctx.saved_tensors
-        scale, floor, block_m, block_n, block_d, block_r, f_strides, f_div, prec, shapes = ctx.meta
+        q, k, v, phi, lam, c, bg, o, lse2 = ctx.saved_tensors
+        scale, floor, gate, block_m, block_n, block_d, block_r, f_strides, f_div, prec, shapes = ctx.meta
         b, h, t, d = q.shape
         hkv = k.shape[1]
         r = phi.shape[-1]
         group = h // hkv
         do = grad_out.contiguous()
-        delta = (o.float() * do.float()).sum(-1)  # delta_i = do_i . o_i = sum_j a_ij da_ij
+        delta = (o.float() * do.float()).sum(-1)  # delta_i = do_i . o_i = sum_j p_ij (g_ij) da_ij
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         dphi = torch.empty((b, h, t, r), device=q.device, dtype=torch.float32)  # per query head
         dlam = torch.empty((b, h, t), device=q.device, dtype=torch.float32)
         dc = torch.empty((b, h, t, r), device=q.device, dtype=torch.float32)
+        dbeta, dgamma = (torch.zeros((b, h, t), device=q.device, dtype=torch.float32) for _ in range(2))
         common = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                   v.stride(0), v.stride(1), v.stride(2), *f_strides, do.stride(0), do.stride(1), do.stride(2))
-        constants = dict(PRECISION=prec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_R=block_r,
-                         num_warps=4)
-        _dkdv_kernel[(triton.cdiv(t, block_n), b * hkv)](q, k, v, c, phi, lam, do, lse2, delta, dk, dv, dphi, dlam,
-                                                        *common, t, hkv, d, r, group, f_div, scale, scale * LOG2E,
-                                                        floor, **constants)
-        _dq_kernel[(triton.cdiv(t, block_m), b * h)](q, k, v, c, phi, lam, do, lse2, delta, dq, dc, *common,
-                                                    t, h, d, r, group, f_div, scale, scale * LOG2E, floor,
+        constants = dict(GATE=gate, PRECISION=prec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+                         BLOCK_R=block_r, num_warps=4)
+        _dkdv_kernel[(triton.cdiv(t, block_n), b * hkv)](q, k, v, c, phi, lam, bg, do, lse2, delta, dk, dv, dphi,
+                                                        dlam, *common, t, hkv, d, r, group, f_div, scale,
+                                                        scale * LOG2E, floor, **constants)
+        _dq_kernel[(triton.cdiv(t, block_m), b * h)](q, k, v, c, phi, lam, bg, do, lse2, delta, dq, dc, dbeta, dgamma,
+                                                    *common, t, h, d, r, group, f_div, scale, scale * LOG2E, floor,
                                                     **constants)
         grads = [_per_head_to(g, shape, dtype, hkv, group, f_div) if need else None
                  for g, (shape, dtype), need in zip((dphi, dlam, dc), shapes, ctx.needs_input_grad[3:6])]
-        return dq, dk, dv, *grads, None, None, None, None
+        gate_grads = [g.sum().reshape(shape).to(dtype) if need and gate else None
+                      for g, (shape, dtype), need in zip((dbeta, dgamma), shapes[3:], ctx.needs_input_grad[6:8])]
+        return dq, dk, dv, *grads, *gate_grads, None, None, None, None, None
+
+
+def _run(fail, q, k, v, phi, lam, c, beta, gamma, scale, floor, gate, block_m, block_n):
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    if q.device.type != "cuda" and not available():
+        fail(f"inputs on {q.device} need a CUDA device or Triton's interpreter (TRITON_INTERPRET=1)")
+    beta, gamma = (x if isinstance(x, torch.Tensor) else torch.tensor(float(x), device=q.device) for x in (beta, gamma))
+    return LowrankPrefixAttention.apply(q, k, v, phi, lam, c, beta, gamma, float(scale), float(floor), gate, block_m,
+                                        block_n)
 
 
 def lowrank_prior_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, phi: torch.Tensor,
@@ -359,11 +442,42 @@ def lowrank_prior_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p
     scale defaults to 1 / sqrt(D). q, k, v in float16, bfloat16 or float32; the factors are read in float32 and
     their gradients returned in their own dtypes. block_m / block_n: query / key rows per tile (powers of two, at
     least 16; 64 on CUDA and 16 elsewhere by default). Runs on CUDA, or on the CPU under Triton's interpreter
-    (TRITON_INTERPRET=1); :func:`attnlab.functional.kernels.available` says which. Differentiable in q, k, v, phi, lam and c.
+    (TRITON_INTERPRET=1); :func:`attnlab.functional.kernels.available` says which. Differentiable in q, k, v, phi,
+    lam and c.
     """
-    _check(q, k, v, phi, lam, c, scale, prior_floor)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    if q.device.type != "cuda" and not available():
-        _fail(f"inputs on {q.device} need a CUDA device or Triton's interpreter (TRITON_INTERPRET=1)")
-    return LowrankPriorAttention.apply(q, k, v, phi, lam, c, float(scale), float(prior_floor), block_m, block_n)
+    _check(q, k, v, phi, lam, c, scale, prior_floor, block_m, block_n)
+    zero = torch.zeros((), device=q.device)
+    return _run(_fail, q, k, v, phi, lam, c, zero, zero, scale, prior_floor, 0, block_m, block_n)
+
+
+def lowrank_gate_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, phi: torch.Tensor, lam: torch.Tensor,
+                           c: torch.Tensor, beta: float | torch.Tensor = 1.0, gamma: float | torch.Tensor = 0.0, *,
+                           gate: str = "clamp", scale: float | None = None, block_m: int | None = None,
+                           block_n: int | None = None) -> torch.Tensor:
+    """Causal attention with the low-rank prefix value gate: o_i = sum_{j <= i} softmax_j(q_i . k_j * scale)
+    g(M_ij) v_j with M_ij = (1 - phi_j . c_i) / lam_j and g one of :data:`GATES`:
+
+        clamp:   sigmoid(beta clamp(M, 0, 1) + gamma)
+        sigmoid: sigmoid(beta M + gamma)
+        linear:  clamp(beta M + gamma, 0, 1)
+
+    (:func:`attnlab.mechanisms.magnitude.reference.gate`). The same function as ``lowrank_prefix_attention(q, k, v,
+    phi, lam, c, beta, gamma, gate=gate, scale=scale)`` (:mod:`attnlab.mechanisms.magnitude.prefix_blocks`), with
+    the same arguments in the same order, without repeating K/V or the factors to H heads. The gate multiplies the
+    values inside the online softmax (the normaliser sums the ungated exponentials), so the flash structure holds:
+    one more [block, block] elementwise product per tile. beta, gamma: numbers or 0-d tensors (differentiable,
+    gradients returned in their dtypes). Shapes, dtypes, blocks and devices as :func:`lowrank_prior_attention`.
+    Differentiable in q, k, v, phi, lam, c, beta and gamma.
+    """
+    fail = _failing("lowrank_gate_attention")
+    _check(q, k, v, phi, lam, c, scale, 1.0, block_m, block_n, fail)
+    if gate not in GATES:
+        fail(f"gate={gate!r}; allowed: {', '.join(map(repr, GATES))}")
+    for name, x in (("beta", beta), ("gamma", gamma)):
+        value = x.detach() if isinstance(x, torch.Tensor) else x
+        if isinstance(value, torch.Tensor) and (value.numel() != 1 or not value.is_floating_point()):
+            fail(f"{name} has shape {tuple(value.shape)} and dtype {value.dtype}; allowed: a number or a "
+                  f"one-element float tensor")
+        if not isinstance(value, (int, float, torch.Tensor)) or not math.isfinite(float(value)):
+            fail(f"{name}={value!r}; allowed: a finite number")
+    return _run(fail, q, k, v, phi, lam, c, beta, gamma, scale, 1.0, _GATE_CODE[gate], block_m, block_n)
