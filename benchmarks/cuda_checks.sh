@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks and measurements in one command, each step bounded, logs and JSON under $1 (default $OUT or ./cuda-out):
 #   first the Triton kernels: tests/test_prior_kernel.py, test_lowrank_prior_kernel.py and test_lowrank_gate_kernel.py
-#   compiled on the GPU
+#   compiled on the GPU, and the FlexAttention backend's gradients (tests/test_flex_backend.py)
 #   (float32 and bfloat16, -rA so each case is named; test_prior_kernel.log), benchmarks/kernels.py for the per-key
 #   prior kernel against SDPA flash, the float mask and FlexAttention (kernels.json) and for the low-rank prefix prior
 #   kernel at r = 16 against SDPA flash, the dense prior as a float mask and the PyTorch block path
@@ -29,6 +29,7 @@ t0=$(date +%s); stamp() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
 stamp kernel_tests
 timeout 200 python3 -m pytest -q -rA -p no:cacheprovider tests/test_prior_kernel.py tests/test_lowrank_prior_kernel.py tests/test_lowrank_gate_kernel.py \
   > "$DEST/test_prior_kernel.log" 2>&1
+timeout 120 python3 -m pytest -q -rA -p no:cacheprovider tests/test_flex_backend.py -k cuda >> "$DEST/test_prior_kernel.log" 2>&1
 echo "rc $?" >> "$DEST/test_prior_kernel.log"; grep -E "passed|failed|FAILED|rc " "$DEST/test_prior_kernel.log" | tail -8
 stamp kernel_bench
 timeout 220 python3 benchmarks/kernels.py --repeats 10 --families perkey > "$DEST/kernels.json" 2> /tmp/kernels.err

@@ -1,13 +1,14 @@
 """Causality: perturbing the tokens after position i must leave the logits at positions <= i unchanged.
 
 Run in float64 so that the only admissible difference is rounding (~1e-15); the bound is 1e-6.
-Every registered variant is covered automatically, with every positional encoding, on both backends.
+Every registered variant is covered automatically, with every positional encoding, on the auto and explicit backends, and on FlexAttention where it applies.
 """
 
 import pytest
 import torch
 
-from attnlab import GPT, GPTConfig, variants
+from attnlab import GPT, GPTConfig, get_variant, variants
+from attnlab.attention_config import _flex_misfits
 from attnlab.nn import Attention, LayerOutput
 from attnlab.config import POS_ENCODINGS
 from helpers import LEAK_TOL, VOCAB, build, max_leak
@@ -25,6 +26,17 @@ def test_no_leak_on_explicit_backend(variant):
 
     cfg = get_variant(variant).replace(backend="explicit")
     assert max_leak(build(cfg, "rope")) < LEAK_TOL
+
+
+FLEX_FITS = [v for v in variants() if not _flex_misfits(get_variant(v))]
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("variant", FLEX_FITS)
+def test_no_leak_on_flex_backend(variant):
+    """Every registered variant that FlexAttention computes, on backend 'flex' (its forward runs on the CPU, unfused:
+    the causal block mask and the prior read inside score_mod are what is checked)."""
+    assert max_leak(build(get_variant(variant).replace(backend="flex"), "rope")) < LEAK_TOL
 
 
 def test_detects_bidirectional_attention():

@@ -62,7 +62,7 @@ class AttentionConfig:
     mask_form: str = "additive"
     """`"additive"`: -inf inside the softmax; `"renormalize"`: Mask(B) after it, zero the future and renormalise (masking write-up; the two are equal, tested)."""
     backend: str = "auto"
-    """`"auto"`: `torch.nn.functional.scaled_dot_product_attention` whenever the options reduce to softmax(q k' s + mask) v (rbf included, by one extra coordinate), else the explicit formula, and on CUDA the Triton kernels for a per-key logit prior or the low-rank prefix form; `"sdpa"`: require SDPA; `"explicit"`; `"triton"`: require the Triton kernels (attnlab.functional.kernels; causal dot-product softmax with no prior, a per-key prior or the low-rank prefix form)."""
+    """`"auto"`: `torch.nn.functional.scaled_dot_product_attention` whenever the options reduce to softmax(q k' s + mask) v (rbf included, by one extra coordinate), else the explicit formula, and on CUDA the Triton kernels for a per-key logit prior or the low-rank prefix form; `"sdpa"`: require SDPA; `"explicit"`; `"flex"`: FlexAttention with the logit prior and the sink inside its kernel (attnlab.functional.flex; compiled on CUDA; no backward on the CPU); `"triton"`: require the Triton kernels (attnlab.functional.kernels; causal dot-product softmax with no prior, a per-key prior or the low-rank prefix form)."""
     magnitude: MagnitudeConfig | None = None
     """Magnitude weights of the keys (the Magnitude Attention write-up): `None` (off), or a MagnitudeConfig table (form, apply, t, eps, kernel, solver, rank, chunk, block, cg_iters, gate, beta, gamma, allow_future_leak: the magnitude switches below). A form name (`"global"`, `"causal"`, `"prefix"`) stands for the table with that form; `"off"` for None. The flat keys of older configs (`magnitude_t`, ...) are folded in when a config is read."""
     projections: ProjectionConfig = ProjectionConfig()
@@ -143,6 +143,9 @@ class AttentionConfig:
                 f"attention.backend='sdpa' cannot compute normalizer={self.normalizer!r}, "
                 f"mask_form={self.mask_form!r}{extra}; use backend='auto' or 'explicit'"
             )
+        if self.backend == "flex" and _flex_misfits(self):
+            raise ConfigError(f"attention.backend='flex' cannot compute {', '.join(_flex_misfits(self))} (allowed: "
+                              f"{FLEX_CONFIG}); use backend='auto', 'sdpa' or 'explicit'")
         if self.backend == "triton" and _triton_misfits(self):
             raise ConfigError(f"attention.backend='triton' cannot compute {', '.join(_triton_misfits(self))} (allowed: "
                               f"{TRITON_CONFIG}); use backend='auto', 'sdpa' or 'explicit'")
@@ -331,7 +334,8 @@ class Route(NamedTuple):
     formula step by step, [T, T] weights), "prefix_blocks" (the low-rank prefix magnitude form block by block,
     attnlab.mechanisms.magnitude.prefix_blocks: no [T, T] matrix kept) or "triton" (the fused kernels for causal
     softmax with a per-key log-prior or the low-rank prefix prior, attnlab.functional.kernels: no [T, T] matrix
-    either).
+    either) or "flex" (FlexAttention with the prior read inside its kernel, attnlab.functional.flex; backend
+    "flex" only).
     forced: why a request took a slower path than the configuration's own (None when it did not).
     cacheable: whether a K/V cache gives exactly the full forward's output (causal, no magnitude weights, no count
     prior: those need the whole prefix at every token, attnlab.nn.kv_cache; no selective attention, whose penalty
@@ -345,9 +349,12 @@ class Route(NamedTuple):
     cacheable: bool
 
 
-ROUTES = ("sdpa", "explicit", "prefix_blocks", "triton")
+ROUTES = ("sdpa", "explicit", "prefix_blocks", "triton", "flex")
 GPU_MIN_BLOCK = 256  # magnitude.block=None on a device other than the CPU: at least this many queries per block
 LOWRANK_KERNEL_MAX_RANK = 64  # attnlab.functional.kernels.lowrank.MAX_RANK (not imported: it needs triton)
+FLEX_CONFIG = ("kernel='dot', normalizer='softmax', mask_form='additive', any magnitude form as a logit prior or a "
+               "per-key value gate, count_prior, sink, ssmax, differential, no selective attention, heads.mix 'concat' "
+               "or 'moh'")
 TRITON_CONFIG = ("causal=true, kernel='dot', normalizer='softmax', mask_form='additive', magnitude 'off', a per-key "
                  "form ('causal', 'global') or the low-rank prefix form (form 'prefix', solver 'lowrank', rank <= 64; "
                  "the prior or the value gate), count_prior=false, sink=false, selective=false, heads.mix 'concat' or "
@@ -372,6 +379,7 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
     - "prefix_blocks" for the prefix magnitude form with the low-rank solver inside causal dot-product softmax with
       the additive mask, no head mixing inside the softmax, no count prior, no sink, no selective attention and
       backend "auto";
+    - "flex" for backend "flex" (FlexAttention; the configurations of :data:`FLEX_CONFIG`);
     - else "sdpa" whenever the options reduce to softmax(q k' s + mask) v (attnlab.functional.attention.uses_sdpa:
       a per-key magnitude gate on v and any logit prior keep it; the per-(i, j) value gate, logits mixed across
       heads and selective attention's penalty from head 0 do not) and backend is not "explicit";
@@ -391,18 +399,18 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
         cfg.backend == "auto" and device == "cuda" and fused and dtype_fits and not _triton_misfits(cfg)
         and _triton_available())
     general = "sdpa" if reducible and cfg.backend != "explicit" and not return_weights else "explicit"
-    own = "triton" if triton else "prefix_blocks" if blocks else (
+    own = "flex" if cfg.backend == "flex" else "triton" if triton else "prefix_blocks" if blocks else (
         "sdpa" if reducible and cfg.backend != "explicit" else "explicit")
     reasons = []
     if return_weights and own != "explicit":
         reasons.append("the weights were requested")
-    if dropout and own in ("prefix_blocks", "triton"):
+    if dropout and own in ("prefix_blocks", "triton", "flex"):
         reasons.append("attention dropout is on")
     if cfg.backend == "triton" and not dtype_fits:
         reasons.append(f"the inputs are {dtype} (allowed: {', '.join(TRITON_DTYPES)})")
     path = general if reasons else own
     forced = None if not reasons else f"{' and '.join(reasons)}: the {own} path gives way to the {path} one"
-    if reasons and cfg.backend in ("sdpa", "triton"):
+    if reasons and cfg.backend in ("sdpa", "triton", "flex"):
         raise ConfigError(f"attention.backend={cfg.backend!r} cannot compute this request ({' and '.join(reasons)}); "
                           f"use backend='auto' or 'explicit'")
     cacheable = cfg.causal and m is None and not cfg.count_prior and not cfg.selective and cfg.backend != "triton"
@@ -421,6 +429,17 @@ def _triton_misfits(cfg: "AttentionConfig") -> list[str]:
         ("count_prior=true (per (i, j))", not cfg.count_prior), ("sink=true", not cfg.sink),
         ("selective=true", not cfg.selective), (f"heads.mix={cfg.heads.mix!r}", cfg.heads.mix not in LOGIT_MIXES),
         ("differential=true", not cfg.differential)) if not ok]
+
+
+def _flex_misfits(cfg: "AttentionConfig") -> list[str]:
+    """The fields of cfg that keep it off the FlexAttention backend (attnlab.functional.flex: dot-product softmax
+    with the additive mask and a logit prior per key or per (i, j)), as "name=value" items."""
+    return [item for item, ok in (
+        (f"kernel={cfg.kernel!r}", cfg.kernel == "dot"), (f"normalizer={cfg.normalizer!r}", cfg.normalizer == "softmax"),
+        (f"mask_form={cfg.mask_form!r}", cfg.mask_form == "additive"),
+        ("magnitude form 'prefix' with apply='values' (a per-(i, j) value gate)",
+         not (_form(cfg) == "prefix" and cfg.magnitude.apply == "values")),
+        ("selective=true", not cfg.selective), (f"heads.mix={cfg.heads.mix!r}", cfg.heads.mix not in LOGIT_MIXES)) if not ok]
 
 
 def _lowrank_kernel(cfg: "AttentionConfig") -> bool:

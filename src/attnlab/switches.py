@@ -10,9 +10,11 @@ MECHANISM_NORMALIZERS = ("softpick", "stickbreaking")  # attnlab.mechanisms.norm
 NORMALIZERS = BUILTIN_NORMALIZERS + MECHANISM_NORMALIZERS
 CAUSAL_NORMALIZERS = ("stickbreaking",)  # the stick is broken over the keys before the query: causal attention only
 MASK_FORMS = ("additive", "renormalize")  # the masking write-up's two forms (attnlab.functional.masks)
-BACKENDS = ("auto", "sdpa", "explicit", "triton")
+BACKENDS = ("auto", "sdpa", "explicit", "triton", "flex")
 TRITON_DTYPES = ("float16", "bfloat16", "float32")  # what attnlab.functional.kernels.prior_attention takes
 TRITON_INSTALL = "pip install 'attnlab[kernels]'"
+MAGNITUDE_GATES = ("clamp", "sigmoid", "linear")  # the magnitude value gates, default first: here, below both the
+#   magnitude package (attnlab.mechanisms.magnitude.names.GATES) and the Triton kernel that computes them
 
 
 def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", return_weights=False, backend="auto",
@@ -54,3 +56,21 @@ def triton_misfits(*, causal=True, kernel="dot", normalizer="softmax", mask_form
 
 TRITON_ALLOWED = ("causal, kernel='dot', normalizer='softmax', mask_form='additive', a per-key logit prior or none, no "
                   "weights returned, no dropout, no value gate, head mixing or sink")
+
+
+def flex_misfits(*, kernel="dot", normalizer="softmax", mask_form="additive", return_weights=False, dropout=False,
+                 value_gate=False, head_mix=False) -> list[str]:
+    """What keeps these options off the FlexAttention backend (attnlab.functional.flex), as short labels; empty when
+    they fit. It computes softmax(q k' s + prior) v, causal or not, with a logit prior per key or per (i, j), a sink
+    and grouped K/V heads: no other normalizer or kernel, no renormalized mask, no weights returned, no dropout, no
+    per-(i, j) value gate, no logits mixed across heads."""
+    name = normalizer if isinstance(normalizer, str) else getattr(normalizer, "__name__", "a function")
+    checks = ((f"kernel={kernel!r}", kernel == "dot"), (f"normalizer={name!r}", normalizer == "softmax"),
+              (f"mask_form={mask_form!r}", mask_form == "additive"), ("return_weights=True", not return_weights),
+              ("dropout > 0", not dropout), ("a value_gate", not value_gate),
+              ("heads mixed inside the softmax", not head_mix))
+    return [label for label, ok in checks if not ok]
+
+
+FLEX_ALLOWED = ("kernel='dot', normalizer='softmax', mask_form='additive', causal or not, a logit prior per key or per "
+                "(i, j) or none, a sink, no weights returned, no dropout, no value gate or head mixing")

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ..switches import BACKENDS, BUILTIN_NORMALIZERS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa  # noqa: F401
-from ..switches import TRITON_ALLOWED, TRITON_DTYPES, TRITON_INSTALL, triton_misfits
+from ..switches import FLEX_ALLOWED, TRITON_ALLOWED, TRITON_DTYPES, TRITON_INSTALL, flex_misfits, triton_misfits
 from .masks import causal_keep, mask_renormalize_softmax
 from .scores import default_scale, dot_logits, rbf_augment, rbf_logits
 
@@ -104,7 +104,10 @@ def attention(
         per-key logit_prior [B, H or Hkv, S] that fits the Triton kernel goes to it), "sdpa", "explicit", or
         "triton": attnlab.functional.kernels.prior_attention, causal dot-product softmax with the additive mask, a
         per-key prior or none, as many keys as queries, values as wide as keys, float16 / bfloat16 / float32, no
-        attn_mask, value_gate, head_mix, logit_fn, sink, dropout or weights (anything else is a one-line error).
+        attn_mask, value_gate, head_mix, logit_fn, sink, dropout or weights (anything else is a one-line error);
+        "flex": attnlab.functional.flex (FlexAttention: dot-product softmax with the additive mask, causal or not, a
+        logit_prior per key or per (i, j), a sink, GQA, a K/V cache; compiled on CUDA; no weights, dropout,
+        attn_mask, value_gate, head_mix or logit_fn; no backward on the CPU).
     causal with more keys than queries (S > T, decoding with a K/V cache): query i sits at position S - T + i and
     sees keys j <= S - T + i (attnlab.functional.masks.causal_keep).
     Returns the output [B, H, T, dv], or (output, weights [B, H, T, S]) when return_weights.
@@ -148,14 +151,25 @@ def attention(
             _check_triton(q.device)
         if not misfits and _triton_runs():
             return _prior_kernel(q, k, v, logit_prior, scale / temperature)
-    if logit_prior is not None:
-        logit_prior = repeat_kv(logit_prior, h // logit_prior.shape[1])  # [B, H, S] or [B, H, T, S]
-        logit_prior = logit_prior.unsqueeze(-2) if logit_prior.dim() == 3 else logit_prior  # [B, H, 1 or T, S]
     if sink is not None and (kernel != "dot" or normalizer != "softmax" or (causal and mask_form == "renormalize")
                              or sink.shape != (h,)):  # rbf: SDPA's logits are shifted per row, which s_h is not
         raise ValueError(f"sink needs kernel='dot', normalizer='softmax', the additive mask and shape [{h}]; got "
                          f"kernel={kernel!r}, normalizer={normalizer!r}, mask_form={mask_form!r}, "
                          f"shape {tuple(sink.shape)}")
+    if backend == "flex":
+        misfits = flex_misfits(kernel=kernel, normalizer=normalizer, mask_form=mask_form, return_weights=return_weights,
+                               dropout=dropout_p > 0.0, value_gate=value_gate is not None,
+                               head_mix=head_mix is not None or logit_fn is not None)
+        misfits += ["an attn_mask"] if attn_mask is not None else []
+        if misfits:
+            raise ValueError(f"backend='flex' cannot compute {', '.join(misfits)}; it takes {FLEX_ALLOWED}; use "
+                             f"backend='auto', 'sdpa' or 'explicit'")
+        from .flex import flex_attention_scores
+
+        return flex_attention_scores(q, k, v, causal=causal, scale=scale / temperature, prior=logit_prior, sink=sink)
+    if logit_prior is not None:
+        logit_prior = repeat_kv(logit_prior, h // logit_prior.shape[1])  # [B, H, S] or [B, H, T, S]
+        logit_prior = logit_prior.unsqueeze(-2) if logit_prior.dim() == 3 else logit_prior  # [B, H, 1 or T, S]
     seen, bias = _split_mask(attn_mask, (b, h, t, s), normalizer)  # boolean / additive parts of attn_mask
     bias = logit_prior if bias is None else (bias if logit_prior is None else bias + logit_prior)
     # SDPA's is_causal covers the causal mask alone; a sink needs a float mask (its column holds s_h)

@@ -41,12 +41,12 @@ import triton
 import triton.language as tl
 
 from . import available
+from ...switches import MAGNITUDE_GATES as GATES  # the value gates of attnlab.mechanisms.magnitude.reference.gate
 from .common import LOG2E, block_sizes, check_qkv, online_softmax_gated_step, online_softmax_step, precision
 
 __all__ = ["GATES", "LowrankPrefixAttention", "MAX_RANK", "lowrank_gate_attention", "lowrank_prior_attention"]
 
 MAX_RANK = 64
-GATES = ("clamp", "sigmoid", "linear")  # the value gates of attnlab.mechanisms.magnitude.reference.gate
 _GATE_CODE = {"clamp": 1, "sigmoid": 2, "linear": 3}  # the kernels' GATE; 0 is the logit prior
 
 

@@ -4,7 +4,7 @@ and the variant registry check and name them without importing the math (referen
 KERNELS = ("gaussian", "laplacian")
 SOLVERS = ("cholesky", "cg")  # the exact solvers (reference.py)
 LOWRANK = "lowrank"  # the low-rank solver (lowrank.py), beside SOLVERS
-GATES = ("clamp", "sigmoid", "linear")  # default first
+from ...switches import MAGNITUDE_GATES as GATES  # noqa: E402  clamp, sigmoid, linear; default first
 GATE_ALIASES = {"seed": "sigmoid"}  # earlier names of the gates, still accepted
 FORMS = ("global", "causal", "prefix")  # which key set each weight is taken in (see reference.gaussian_key_weights)
 CAUSAL_FORMS = FORMS[1:]  # the forms solved on every prefix (exact by one Cholesky factor, or the lowrank solver)
