@@ -119,7 +119,8 @@ def main(argv=None):
         cfg = GPTConfig(n_head=args.heads, n_embd=n_embd, block_size=args.seq, attention=name).resolved_attention()
         layer = Attention(cfg, n_embd).to(device, dtype)
         record_magnitude_stats(layer, False)  # as in training: gate statistics only on logged steps
-        row = {"variant": name, "sdpa_path": route(cfg).path == "sdpa"}
+        path = route(cfg, device=device.type, dtype=args.dtype).path
+        row = {"variant": name, "path": path, "sdpa_path": path == "sdpa"}
         for mode, make, inp in (("fwd", fwd, x), ("fwd_bwd", fwd_bwd, x_grad)):
             ours, ref = compare(make(layer, inp), make(reference, inp), device, args.warmup, args.repeats)
             row[f"layer_{mode}_ms"], row[f"sdpa_layer_{mode}_ms"] = round(ours, 3), round(ref, 3)

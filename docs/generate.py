@@ -32,6 +32,8 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
 - ``LEADERBOARD``: every variant against every benchmark, from the comparisons in :data:`LEADERBOARD` (results/)
   (:mod:`attnlab.experiments.leaderboard`); ``python docs/generate.py`` also redraws its heatmap,
   ``results/leaderboard.png``, when it is missing or stale;
+- ``BENCH-LAYER:<stem>``: the rows of a ``benchmarks/attention_layer.py`` run saved in ``results/benchmarks/<stem>.json``:
+  each variant's layer against the raw-SDPA layer, forward and forward+backward;
 - ``BENCH-GENERATE``: the rows of ``benchmarks/generate.py`` saved in ``results/benchmarks/generate.json``;
 - ``BENCH-CUDA:<part>``: what a GPU measured, from ``results/benchmarks/cuda/``: ``path`` (benchmarks/cuda_path.py
   and train_step.py --device cuda), ``train`` (a gpt2-small run), ``long`` (magnitude.py --long), ``layer``
@@ -56,10 +58,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)*):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
 GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "HIJACK-SUMMARY:", "HIJACK-PROTOCOL:",
-             "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "HEADS:", "SWAP:", "SWEEP:", "LEADERBOARD")
+             "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "BENCH-LAYER:", "HEADS:", "SWAP:", "SWEEP:", "LEADERBOARD")
 
 # The comparisons on the leaderboard, and those left off with the reason. A new study adds its comparisons to one.
-LEADERBOARD = ("dilution-mqar-1", "hijack-v2-1", "hijack-v2-2", "hijack-v2-2-causal", "hijack-v2-4", "hijack-v2-5", "hijack-v2-1-h100",
+LEADERBOARD = ("dilution-mqar-1", "dilution-mqar-2", "hijack-v2-1", "hijack-v2-2", "hijack-v2-2-causal", "hijack-v2-4", "hijack-v2-5", "hijack-v2-1-h100",
                "recall-mqar-1", "recall-mqar-2", "recall-mqar-3", "recall-mqar-4",
                "recall-induction", "recall-induction-2",
                "recall-selective-copy-1", "recall-selective-copy-2", "recall-selective-copy-3",
@@ -76,7 +78,6 @@ LEFT_OFF = {
     "hijack-v2-3": "a calibration: one seed per variant, every run at its cap",
     "hijack-v2-4-calibration": "a calibration: one seed per variant, on another cap than the study's",
     "boneless-early": "the boneless comparison at an earlier, shorter budget (superseded by boneless)",
-    "dilution-mqar-2": "partial: seeds 0-2 of 5 so far (the leaderboard takes it when all five have run)",
     "zoology-mqar-t64-d64-sweep": "a learning-rate sweep of `standard` alone: no variant to compare",
 }
 LEADERBOARD_PLOT = ROOT / "results" / "leaderboard.png"
@@ -366,10 +367,7 @@ def bench_cuda_block(part: str) -> str:
         return bench_chunks_table(json.loads((folder / "magnitude_chunks.json").read_text()))
     if part == "layer":
         bench = json.loads((folder / "attention_layer_bf16.json").read_text())
-        lines = ["| variant | path | fwd ms | fwd vs SDPA | fwd+bwd ms | fwd+bwd vs SDPA |", "|---|---|---|---|---|---|"]
-        for r in bench["results"]:
-            lines.append(f"| `{r['variant']}` | {'SDPA' if r['sdpa_path'] else 'explicit'} | {r['layer_fwd_ms']} | "
-                         f"{r['layer_fwd_ratio']}x | {r['layer_fwd_bwd_ms']} | {r['layer_fwd_bwd_ratio']}x |")
+        lines = layer_rows(bench, core=False)
         s = bench["shape"]
         return "\n".join(lines) + (f"\n\nBatch {s['batch']}, {s['heads']} heads, T = {s['seq']}, head_dim "
                                    f"{s['head_dim']}, {bench['dtype']}, torch {bench['torch']}, medians of "
@@ -411,6 +409,40 @@ def bench_cuda_block(part: str) -> str:
               f"{step['median_step_ms']['reference']} ms, ratio {step['ratio']} ({step['steps_each']} steps each; "
               f"step-0 losses {step['step0_loss']['attnlab']} and {step['step0_loss']['reference']})."]
     return f"{path['device_name']}, torch {path['torch']} (CUDA {path['cuda']}).\n\n" + "\n".join(lines) + "\n"
+
+
+def layer_rows(bench: dict, core: bool) -> list[str]:
+    """The table of a ``benchmarks/attention_layer.py`` run: each variant's path and its layer's milliseconds and
+    ratios to the raw-SDPA layer; with ``core``, the attention function alone against one SDPA call too."""
+    lines = ["| variant | path | fwd ms | fwd vs SDPA | fwd+bwd ms | fwd+bwd vs SDPA |" + (" core fwd vs SDPA |" if core
+                                                                                       else ""),
+             "|---|---|---|---|---|---|" + ("---|" if core else "")]
+    for r in bench["results"]:
+        path = r.get("path") or ("SDPA" if r["sdpa_path"] else "explicit")  # runs before the path was saved
+        row = (f"| `{r['variant']}` | {path} | {r['layer_fwd_ms']} | {r['layer_fwd_ratio']}x | "
+               f"{r['layer_fwd_bwd_ms']} | {r['layer_fwd_bwd_ratio']}x |")
+        if core:
+            row += " n/a (gate outside the function) |" if r["core_fwd_ratio"] is None else f" {r['core_fwd_ratio']}x |"
+        lines.append(row)
+    return lines
+
+
+def bench_layer_block(stem: str) -> str:
+    """The rows of a saved ``benchmarks/attention_layer.py`` run: each variant's route, its layer's milliseconds and
+    their ratio to the raw-SDPA layer measured in the same run, and the attention function alone against one SDPA
+    call where the layer's cost is all in it."""
+    import json
+
+    bench = json.loads((ROOT / "results" / "benchmarks" / f"{stem}.json").read_text())
+    lines = layer_rows(bench, core=True)
+    s = bench["shape"]
+    fwd = [r["sdpa_layer_fwd_ms"] for r in bench["results"]]
+    both = [r["sdpa_layer_fwd_bwd_ms"] for r in bench["results"]]
+    return "\n".join(lines) + (
+        f"\n\nBatch {s['batch']}, {s['heads']} heads, T = {s['seq']}, head_dim {s['head_dim']}, causal, "
+        f"{bench['dtype']} on {bench['device']} ({bench['threads']} thread(s), torch {bench['torch']}), medians of "
+        f"{bench['repeats']}; the raw-SDPA layer took {min(fwd):.0f}-{max(fwd):.0f} ms forward and "
+        f"{min(both):.0f}-{max(both):.0f} ms forward+backward across the rows.\n")
 
 
 def bench_generate_block() -> str:
@@ -507,6 +539,8 @@ def render(name: str, page: Path) -> str | None:
         return sweep_table(sweep_results(folder, *find_sweep(folder)))
     if name == "BENCH-GENERATE":
         return bench_generate_block()
+    if name.startswith("BENCH-LAYER:"):
+        return bench_layer_block(name.split(":", 1)[1])
     if name.startswith("BENCH-CUDA:"):
         return bench_cuda_block(name.split(":", 1)[1])
     if name.startswith("LOWRANK-ERROR:"):
