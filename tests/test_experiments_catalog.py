@@ -94,6 +94,27 @@ def test_dilution_parts_share_the_task_the_stop_rule_and_the_primary_metric():
     assert {v for v in variants() if family(v) == "dilution"} <= trained
 
 
+def test_the_dilution_parts_on_noisy_recall_share_the_recall_parts_task_and_model():
+    """dilution-noisy-<n>: the recall-noisy-recall parts' task and model, run to a threshold (stop rule, a cap of at
+    least the recall parts' budget), 5 seeds, standard first, one primary metric; together the parts train every
+    variant of the dilution family beside qk-norm, the count prior and the magnitude logit prior."""
+    from attnlab.experiments.leaderboard import family
+    from attnlab.registry import variants
+
+    parts = [load_experiment(n) for n in experiment_names() if n.startswith("dilution-noisy-")]
+    recall = load_experiment("recall-noisy-recall-1").base_config()
+    assert len(parts) >= 2
+    for exp in parts:
+        cfg = exp.base_config()
+        assert cfg.data == recall.data and cfg.model == recall.model, exp.name
+        assert cfg.train.stop_rule is not None and cfg.train.max_steps >= recall.train.max_steps
+        assert exp.variants[0] == "standard" and len(exp.seeds) >= 5 and exp.primary == parts[0].primary
+        assert cfg == parts[0].base_config(), exp.name
+    trained = {v for exp in parts for v in exp.variants}
+    assert {"qk-norm", "count-prior", "magnitude-prefix-logits"} <= trained
+    assert {v for v in variants() if family(v) == "dilution"} <= trained
+
+
 def test_the_position_free_dilution_part_differs_from_the_mqar_parts_only_in_positions():
     """dilution-nope-1 runs stick-breaking in its paper's setting (no positional encoding) against standard and
     qk-norm without positions; every other setting, the seeds and the primary metric are the mqar parts'."""
