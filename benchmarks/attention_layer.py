@@ -27,6 +27,8 @@ from attnlab import GPTConfig, variants
 from attnlab.attention_config import route
 from attnlab.functional import attention
 from attnlab.nn import Attention
+from attnlab.mechanisms.count_prior.reference import count_log_prior
+from attnlab.mechanisms.normalizers import normalizer_fn
 from attnlab.mechanisms.magnitude.module import record_magnitude_stats
 
 
@@ -68,16 +70,16 @@ def compare(fn_a, fn_b, device, warmup: int, repeats: int) -> tuple[float, float
     return statistics.median(a), statistics.median(b)
 
 
-def fwd(module, x):
+def fwd(module, x, **kw):
     def run():
         with torch.no_grad():
-            module(x)
+            module(x, **kw)
     return run
 
 
-def fwd_bwd(module, x):
+def fwd_bwd(module, x, **kw):
     def run():
-        module(x).float().sum().backward()
+        module(x, **kw).float().sum().backward()
     return run
 
 
@@ -121,13 +123,18 @@ def main(argv=None):
         record_magnitude_stats(layer, False)  # as in training: gate statistics only on logged steps
         path = route(cfg, device=device.type, dtype=args.dtype).path
         row = {"variant": name, "path": path, "sdpa_path": path == "sdpa"}
+        extra = {}
+        if cfg.count_prior:  # the duplicate-count prior of random token ids (the GPT computes it once per forward)
+            idx = torch.randint(0, 64, (args.batch, args.seq), generator=torch.Generator().manual_seed(0))
+            extra["count_prior"] = count_log_prior(idx.to(device), dtype)
         for mode, make, inp in (("fwd", fwd, x), ("fwd_bwd", fwd_bwd, x_grad)):
-            ours, ref = compare(make(layer, inp), make(reference, inp), device, args.warmup, args.repeats)
+            ours, ref = compare(make(layer, inp, **extra), make(reference, inp), device, args.warmup, args.repeats)
             row[f"layer_{mode}_ms"], row[f"sdpa_layer_{mode}_ms"] = round(ours, 3), round(ref, 3)
             row[f"layer_{mode}_ratio"] = round(ours / ref, 3)
-            row[f"layer_{mode}_peak_mb"] = peak_memory_mb(make(layer, inp), device)
+            row[f"layer_{mode}_peak_mb"] = peak_memory_mb(make(layer, inp, **extra), device)
         results.append(row)
-        if cfg.magnitude is not None:  # the gate's cost lives in the layer, outside the attention function
+        if (cfg.magnitude is not None or cfg.count_prior or cfg.sink or cfg.selective
+                or cfg.differential):  # their cost lives in the layer, around or inside the attention call
             row["core_fwd_ms"] = row["sdpa_core_fwd_ms"] = row["core_fwd_ratio"] = None
             continue
         # core: the attention function alone on q/k/v, against one raw SDPA call
@@ -135,7 +142,7 @@ def main(argv=None):
         k, v = (torch.randn(args.batch, cfg.n_kv_head, args.seq, args.head_dim, device=device, dtype=dtype)
                 for _ in range(2))
         kr, vr = (t.repeat_interleave(args.heads // cfg.n_kv_head, 1) for t in (k, v))
-        opts = dict(causal=True, kernel=cfg.kernel, normalizer=cfg.normalizer, mask_form=cfg.mask_form,
+        opts = dict(causal=True, kernel=cfg.kernel, normalizer=normalizer_fn(cfg.normalizer), mask_form=cfg.mask_form,
                     temperature=cfg.temperature, scale=cfg.scale, backend=cfg.backend)
         with torch.no_grad():
             ours, ref = compare(lambda: attention(q, k, v, **opts),

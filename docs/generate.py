@@ -422,7 +422,7 @@ def layer_rows(bench: dict, core: bool) -> list[str]:
         row = (f"| `{r['variant']}` | {path} | {r['layer_fwd_ms']} | {r['layer_fwd_ratio']}x | "
                f"{r['layer_fwd_bwd_ms']} | {r['layer_fwd_bwd_ratio']}x |")
         if core:
-            row += " n/a (gate outside the function) |" if r["core_fwd_ratio"] is None else f" {r['core_fwd_ratio']}x |"
+            row += " n/a (in the layer) |" if r["core_fwd_ratio"] is None else f" {r['core_fwd_ratio']}x |"
         lines.append(row)
     return lines
 
