@@ -1,5 +1,5 @@
-"""Every measured number in the prose of the magnitude, boneless, magnitude-long, rank and consensus study pages
-is recomputed from results/.
+"""Every measured number in the prose of the study pages (magnitude, boneless, magnitude-long, rank, consensus,
+hijack-v2, zoology-anchor) and of the dilution page is recomputed from results/.
 
 The prose of a page is its text outside the generated blocks (``<!-- NAME:BEGIN -->`` ... ``<!-- NAME:END -->``
 with a name docs/generate.py writes; the hand-written ``MAGNITUDE-TEXT`` and ``BONELESS-TEXT`` blocks are prose),
@@ -36,7 +36,7 @@ from helpers import last_logged
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "docs" / "studies"
 RESULTS = ROOT / "results"
-PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consensus.md", "hijack-v2.md",
+PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consensus.md", "hijack-v2.md", "../dilution.md",
          "zoology-anchor.md")
 
 # results/ directories a page quotes besides those of its own RESULTS blocks: magnitude-long.md's section on the
