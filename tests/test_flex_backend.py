@@ -14,6 +14,7 @@ most 12 terms). Its backward pass and its compiled kernels run on a GPU only: th
 the gradients of the float32 model on CUDA with the explicit path's (benchmarks/cuda_checks.sh runs it).
 """
 
+import logging
 import math
 
 import numpy as np
@@ -21,7 +22,7 @@ import pytest
 import torch
 
 from attnlab import GPT, GPTConfig, get_variant, variants
-from attnlab.attention_config import _flex_misfits, route
+from attnlab.attention_config import _flex_misfits, route, say_route
 from attnlab.functional.attention import attention
 from helpers import VOCAB, T, attention_ref, fit_rank, one_line_error
 
@@ -116,12 +117,15 @@ def test_the_registered_variants_it_computes():
 
 
 @pytest.mark.parametrize("variant", FITS)
-def test_the_model_on_flex_equals_the_explicit_path(variant):
-    """float64 logits of a 2-layer GPT on backend 'flex' and on the explicit path."""
+def test_the_model_on_flex_equals_the_explicit_path(variant, caplog):
+    """float64 logits of a 2-layer GPT on backend 'flex' and on the explicit path; the layer logs its route once."""
     idx = torch.randint(0, VOCAB, (2, T), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
+    say_route.cache_clear()
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="attnlab"):
         flex, explicit = (_model(get_variant(variant), b)(idx)[0] for b in ("flex", "explicit"))
     assert (flex - explicit).abs().max() < TOL
+    assert [r.getMessage() for r in caplog.records].count(
+        "attention: the flex path (attnlab.functional.flex, FlexAttention) on cpu, backend='flex'") == 1
 
 
 @pytest.mark.parametrize("variant", ["sink", pytest.param("gqa", marks=pytest.mark.slow),

@@ -215,6 +215,8 @@ class Attention(nn.Module):
                 "lowrank_prior_attention" if cfg.magnitude.apply == "logits" else "lowrank_gate_attention")
             say_route(f"the triton path (attnlab.functional.kernels.{kernel}) on {x.device.type}, "
                       f"backend={cfg.backend!r}")
+        elif how.path == "flex":
+            say_route(f"the flex path (attnlab.functional.flex, FlexAttention) on {x.device.type}, backend='flex'")
         if kv is not None and not how.cacheable:
             raise ConfigError("a K/V cache is exact only for causal attention without a magnitude gate, count prior "
                               f"or selective attention, off backend 'triton' (this layer: causal={cfg.causal}, "
