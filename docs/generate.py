@@ -61,7 +61,7 @@ GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "
              "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "BENCH-LAYER:", "HEADS:", "SWAP:", "SWEEP:", "LEADERBOARD")
 
 # The comparisons on the leaderboard, and those left off with the reason. A new study adds its comparisons to one.
-LEADERBOARD = ("dilution-mqar-1", "dilution-mqar-2", "hijack-v2-1", "hijack-v2-2", "hijack-v2-2-causal", "hijack-v2-4", "hijack-v2-5", "hijack-v2-1-h100",
+LEADERBOARD = ("dilution-mqar-1", "dilution-mqar-2", "dilution-nope-1", "hijack-v2-1", "hijack-v2-2", "hijack-v2-2-causal", "hijack-v2-4", "hijack-v2-5", "hijack-v2-1-h100",
                "recall-mqar-1", "recall-mqar-2", "recall-mqar-3", "recall-mqar-4",
                "recall-induction", "recall-induction-2",
                "recall-selective-copy-1", "recall-selective-copy-2", "recall-selective-copy-3",
@@ -411,18 +411,25 @@ def bench_cuda_block(part: str) -> str:
     return f"{path['device_name']}, torch {path['torch']} (CUDA {path['cuda']}).\n\n" + "\n".join(lines) + "\n"
 
 
-def layer_rows(bench: dict, core: bool) -> list[str]:
+def layer_rows(bench: dict, core: bool, rounded: bool = False) -> list[str]:
     """The table of a ``benchmarks/attention_layer.py`` run: each variant's path and its layer's milliseconds and
-    ratios to the raw-SDPA layer; with ``core``, the attention function alone against one SDPA call too."""
+    ratios to the raw-SDPA layer; with ``core``, the attention function alone against one SDPA call too; with
+    ``rounded``, milliseconds to whole numbers and ratios to two decimals (as the JSON has them otherwise)."""
+    def ms(x):
+        return f"{x:.0f}" if rounded else f"{x}"
+
+    def ratio(x):
+        return f"{x:.2f}x" if rounded else f"{x}x"
+
     lines = ["| variant | path | fwd ms | fwd vs SDPA | fwd+bwd ms | fwd+bwd vs SDPA |" + (" core fwd vs SDPA |" if core
                                                                                        else ""),
              "|---|---|---|---|---|---|" + ("---|" if core else "")]
     for r in bench["results"]:
         path = r.get("path") or ("SDPA" if r["sdpa_path"] else "explicit")  # runs before the path was saved
-        row = (f"| `{r['variant']}` | {path} | {r['layer_fwd_ms']} | {r['layer_fwd_ratio']}x | "
-               f"{r['layer_fwd_bwd_ms']} | {r['layer_fwd_bwd_ratio']}x |")
+        row = (f"| `{r['variant']}` | {path} | {ms(r['layer_fwd_ms'])} | {ratio(r['layer_fwd_ratio'])} | "
+               f"{ms(r['layer_fwd_bwd_ms'])} | {ratio(r['layer_fwd_bwd_ratio'])} |")
         if core:
-            row += " n/a (in the layer) |" if r["core_fwd_ratio"] is None else f" {r['core_fwd_ratio']}x |"
+            row += " n/a (in the layer) |" if r["core_fwd_ratio"] is None else f" {ratio(r['core_fwd_ratio'])} |"
         lines.append(row)
     return lines
 
@@ -434,7 +441,7 @@ def bench_layer_block(stem: str) -> str:
     import json
 
     bench = json.loads((ROOT / "results" / "benchmarks" / f"{stem}.json").read_text())
-    lines = layer_rows(bench, core=True)
+    lines = layer_rows(bench, core=True, rounded=True)
     s = bench["shape"]
     fwd = [r["sdpa_layer_fwd_ms"] for r in bench["results"]]
     both = [r["sdpa_layer_fwd_bwd_ms"] for r in bench["results"]]

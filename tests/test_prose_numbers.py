@@ -40,8 +40,10 @@ PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consens
          "zoology-anchor.md")
 
 # results/ directories a page quotes besides those of its own RESULTS blocks: magnitude-long.md's section on the
-# capability tasks quotes the hijack sweep of the exact prefix prior (part 2) and of the low-rank one (part 3).
-EXTRA_DIRS = {"magnitude-long.md": ("hijack-mixed-2", "hijack-mixed-3")}
+# capability tasks quotes the hijack sweep of the exact prefix prior (part 2) and of the low-rank one (part 3); the
+# dilution page's verdict quotes the hijack study (SSMax in part 5, the priors in part 1).
+EXTRA_DIRS = {"magnitude-long.md": ("hijack-mixed-2", "hijack-mixed-3"),
+              "../dilution.md": ("hijack-v2-1", "hijack-v2-5")}  # its verdict quotes the hijack study
 
 
 def _generate():
