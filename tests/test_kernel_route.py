@@ -274,6 +274,32 @@ def _logits_and_grads(model, idx):
     return logits.detach().cpu(), {n: p.grad.cpu() for n, p in model.named_parameters() if p.grad is not None}
 
 
+def _check_on_triton(variant, n_kv_head, kernel, float32_backends, caplog) -> dict:
+    """A 2-layer GPT of ``variant`` on backend "triton" (float32): it logs the route through ``kernel`` once; its
+    logits (to TOL) and every parameter's gradient (to GRAD_TOL64) equal the float64 explicit path's, and those of
+    each backend of ``float32_backends`` in float32 (to TOL and GRAD_TOL32); dropping the magnitude weights moves
+    the logits far more than these bounds. Returns the gradients {name: grad}."""
+    idx = torch.randint(0, VOCAB, (2, T), generator=torch.Generator().manual_seed(1))
+    ref_logits, ref_grads = _logits_and_grads(_model(variant, "explicit", torch.float64, n_kv_head=n_kv_head), idx)
+    say_route.cache_clear()
+    with caplog.at_level(logging.INFO, logger="attnlab"):
+        logits, grads = _logits_and_grads(_model(variant, "triton", n_kv_head=n_kv_head), idx)
+    assert [r.getMessage() for r in caplog.records].count(
+        f"attention: the triton path (attnlab.functional.kernels.{kernel}) on {DEVICE}, backend='triton'") == 1
+    assert set(grads) == set(ref_grads)
+    assert err(logits, ref_logits) < TOL
+    for name, g in grads.items():
+        assert err(g, ref_grads[name]) < GRAD_TOL64, name
+    for backend in float32_backends:
+        lo, gr = _logits_and_grads(_model(variant, backend, n_kv_head=n_kv_head), idx)
+        assert err(logits, lo) < TOL, backend
+        for name, g in grads.items():
+            assert err(g, gr[name]) < GRAD_TOL32, (backend, name)
+    without_prior, _ = _logits_and_grads(_model("standard", "explicit", torch.float64, n_kv_head=n_kv_head), idx)
+    assert err(without_prior, ref_logits) > 1e-2  # the bounds are far below what lost magnitude weights would cost
+    return grads
+
+
 @needs_triton
 @pytest.mark.parametrize("n_kv_head", [None, 2])
 def test_the_variant_on_triton_matches_sdpa_and_float64(n_kv_head, caplog):
@@ -284,24 +310,8 @@ def test_the_variant_on_triton_matches_sdpa_and_float64(n_kv_head, caplog):
     triton path from either by up to 2.5e-5); and against the float64 explicit path, the logits to TOL and the
     gradients to GRAD_TOL64, the float32 solve's own error (every float32 path errs by the same 7e-5 to 9e-5 on
     k_proj's gradient). Dropping the prior moves the logits far more than any of these bounds."""
-    idx = torch.randint(0, VOCAB, (2, T), generator=torch.Generator().manual_seed(1))
-    ref_logits, ref_grads = _logits_and_grads(_model(VARIANT, "explicit", torch.float64, n_kv_head=n_kv_head), idx)
-    say_route.cache_clear()
-    with caplog.at_level(logging.INFO, logger="attnlab"):
-        logits, grads = _logits_and_grads(_model(VARIANT, "triton", n_kv_head=n_kv_head), idx)
-    assert [r.getMessage() for r in caplog.records].count(
-        f"attention: the triton path (attnlab.functional.kernels.prior_attention) on {DEVICE}, backend='triton'") == 1
-    assert set(grads) == set(ref_grads) and any("magnitude" in n for n in grads)
-    assert err(logits, ref_logits) < TOL
-    for name, g in grads.items():
-        assert err(g, ref_grads[name]) < GRAD_TOL64, name
-    for backend in ("sdpa", "explicit"):
-        lo, gr = _logits_and_grads(_model(VARIANT, backend, n_kv_head=n_kv_head), idx)
-        assert err(logits, lo) < TOL, backend
-        for name, g in grads.items():
-            assert err(g, gr[name]) < GRAD_TOL32, (backend, name)
-    without_prior, _ = _logits_and_grads(_model("standard", "explicit", torch.float64, n_kv_head=n_kv_head), idx)
-    assert err(without_prior, ref_logits) > 1e-2  # the bounds are far below what a lost prior would cost
+    grads = _check_on_triton(VARIANT, n_kv_head, "prior_attention", ("sdpa", "explicit"), caplog)
+    assert any("magnitude" in n for n in grads)
 
 
 def _lowrank_gate(form):
@@ -321,29 +331,14 @@ def test_the_lowrank_forms_on_triton_match_the_prefix_blocks_and_float64(variant
     """magnitude-prefix-logits-lowrank, and the same with each value gate, with backend="triton" (the kernels
     lowrank_prior_attention and lowrank_gate_attention, float32): the logits and every parameter's gradient (the
     prior's or the gate's gradient reaches k_proj, the landmarks, the kernel's temperature and the gate's beta and
-    gamma through phi, lambda and c) against the same model on the prefix blocks in float32, the logits to TOL and
-    the gradients to GRAD_TOL32, and against the float64 explicit path ([T, T] weights from the same low-rank
-    solve), the logits to TOL and the gradients to GRAD_TOL64 (the float32 solve's own error, as for the per-key
-    variant). Dropping the magnitude weights moves the logits far more than these bounds."""
-    idx = torch.randint(0, VOCAB, (2, T), generator=torch.Generator().manual_seed(1))
-    ref_logits, ref_grads = _logits_and_grads(_model(variant, "explicit", torch.float64, n_kv_head=n_kv_head), idx)
-    say_route.cache_clear()
-    with caplog.at_level(logging.INFO, logger="attnlab"):
-        logits, grads = _logits_and_grads(_model(variant, "triton", n_kv_head=n_kv_head), idx)
-    assert [r.getMessage() for r in caplog.records].count(
-        f"attention: the triton path (attnlab.functional.kernels.{kernel}) on {DEVICE}, backend='triton'") == 1
-    assert set(grads) == set(ref_grads) and any("landmarks" in n for n in grads)
+    gamma through phi, lambda and c) against the same model on the prefix blocks ("auto" on the CPU) and on the
+    explicit path in float32, the logits to TOL and the gradients to GRAD_TOL32, and against the float64 explicit path ([T, T] weights from
+    the same low-rank solve), the logits to TOL and the gradients to GRAD_TOL64 (the float32 solve's own error, as
+    for the per-key variant)."""
+    grads = _check_on_triton(variant, n_kv_head, kernel, ("explicit",) if CUDA else ("auto", "explicit"), caplog)
+    assert any("landmarks" in n for n in grads)
     if kernel == "lowrank_gate_attention":
         assert any(n.endswith("beta") for n in grads) and any(n.endswith("gamma") for n in grads)
-    assert err(logits, ref_logits) < TOL
-    for name, g in grads.items():
-        assert err(g, ref_grads[name]) < GRAD_TOL64, name
-    blocks_logits, blocks_grads = _logits_and_grads(_model(variant, "auto", n_kv_head=n_kv_head), idx)
-    assert err(logits, blocks_logits) < TOL
-    for name, g in grads.items():
-        assert err(g, blocks_grads[name]) < GRAD_TOL32, name
-    without_prior, _ = _logits_and_grads(_model("standard", "explicit", torch.float64, n_kv_head=n_kv_head), idx)
-    assert err(without_prior, ref_logits) > 1e-2
 
 
 def _leak(model, positions=(0, 3, 8, 14)) -> float:
