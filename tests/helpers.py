@@ -207,3 +207,14 @@ def last_logged(comparison, variant: str, key: str) -> dict[int, float]:
         rows = [json.loads(line) for line in (seed_dir / "metrics.jsonl").read_text().splitlines()]
         out[int(seed_dir.name[4:])] = [r for r in rows if key in r][-1][key]
     return out
+
+
+def require_kernels() -> None:
+    """Skip the calling test module unless the Triton kernels can run here: triton installed, and a CUDA device or
+    Triton's CPU interpreter (which tests/conftest.py switches on before anything imports triton when there is no
+    CUDA)."""
+    pytest.importorskip("triton", reason="triton is not installed (pip install attnlab[kernels])")
+    from attnlab.functional import kernels
+
+    if not kernels.available():
+        pytest.skip("Triton cannot run here: no CUDA device and TRITON_INTERPRET is off", allow_module_level=True)

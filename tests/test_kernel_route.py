@@ -1,7 +1,7 @@
 """The "triton" route: backend="triton" and the Triton kernel for causal attention with a per-key log-prior inside
 attnlab.functional.attention and the attention layer.
 
-Without a GPU the kernel runs under Triton's CPU interpreter (TRITON_INTERPRET=1, switched on here before triton
+Without a GPU the kernel runs under Triton's CPU interpreter (TRITON_INTERPRET=1, set by conftest.py before triton
 is first imported), in float32 (the interpreter has no bfloat16). What is compared against what:
 
 * attention(..., backend="triton") against a float64 numpy loop written from the formula (tests/helpers.py's

@@ -23,20 +23,14 @@ where M is large and lam small). A wrong gate, mask or factor index errs by 1e-2
 2e-2 on the output, 5e-2 on the gradients, the prior kernel's bounds and reasons.
 """
 
-import os
-
 import pytest
 import torch
+from helpers import require_kernels
 
 CUDA = torch.cuda.is_available()
-if not CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are defined: @triton.jit reads it then
-pytest.importorskip("triton", reason="triton is not installed (pip install attnlab[kernels])")
+require_kernels()  # TRITON_INTERPRET is on without CUDA (tests/conftest.py)
 
 from attnlab.functional import kernels  # noqa: E402
-
-if not kernels.available():
-    pytest.skip("Triton cannot run here: no CUDA device and TRITON_INTERPRET is off", allow_module_level=True)
 
 from attnlab.functional.kernels import lowrank_gate_attention, lowrank_gate_attention_reference  # noqa: E402
 from attnlab.mechanisms.magnitude.prefix_blocks import lowrank_prefix_attention  # noqa: E402

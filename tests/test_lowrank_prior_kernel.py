@@ -2,7 +2,7 @@
 
     o_i = sum_{j <= i} softmax_j(q_i . k_j * scale + log max(M_ij, floor)) v_j,   M_ij = (1 - phi_j . c_i) / lam_j
 
-Without a GPU the kernels run under Triton's CPU interpreter (TRITON_INTERPRET=1, switched on here before the
+Without a GPU the kernels run under Triton's CPU interpreter (TRITON_INTERPRET=1, set by conftest.py before the
 kernels are defined) in float32; with one they run compiled on it, in float32 and bfloat16. Every case compares the
 output and the gradients of q, k, v, phi, lam and c with
 
@@ -30,20 +30,14 @@ per-key kernel's test argues: the reference gets the same bfloat16-rounded input
 rounding of a_ij and dS_ij to bfloat16 before its products and of o (hence delta_i) to bfloat16.
 """
 
-import os
-
 import pytest
 import torch
+from helpers import require_kernels
 
 CUDA = torch.cuda.is_available()
-if not CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are defined: @triton.jit reads it then
-pytest.importorskip("triton", reason="triton is not installed (pip install attnlab[kernels])")
+require_kernels()  # TRITON_INTERPRET is on without CUDA (tests/conftest.py)
 
 from attnlab.functional import kernels  # noqa: E402
-
-if not kernels.available():
-    pytest.skip("Triton cannot run here: no CUDA device and TRITON_INTERPRET is off", allow_module_level=True)
 
 from attnlab.functional.kernels import (  # noqa: E402
     lowrank_prior_attention, lowrank_prior_attention_reference, prior_attention)

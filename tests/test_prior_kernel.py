@@ -1,6 +1,6 @@
 """The Triton kernel for causal attention with a per-key log-prior against the formula written out in float64.
 
-Without a GPU the kernels run under Triton's CPU interpreter (TRITON_INTERPRET=1, switched on here before the
+Without a GPU the kernels run under Triton's CPU interpreter (TRITON_INTERPRET=1, set by conftest.py before the
 kernels are defined) in float32, the interpreter having no bfloat16; with one they run compiled on it, in float32
 and bfloat16. Every case compares the output and the gradients of q, k, v and the prior against
 :func:`attnlab.functional.kernels.prior_attention_reference` in float64 (autograd), on the same inputs, at shapes
@@ -16,20 +16,14 @@ inputs, so what remains is the kernel's own rounding of the weights a_ij and dS_
 products (unit roundoff 4e-3) and of its results to bfloat16, summed over up to T terms.
 """
 
-import os
-
 import pytest
 import torch
+from helpers import require_kernels
 
 CUDA = torch.cuda.is_available()
-if not CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are defined: @triton.jit reads it then
-pytest.importorskip("triton", reason="triton is not installed (pip install attnlab[kernels])")
+require_kernels()  # TRITON_INTERPRET is on without CUDA (tests/conftest.py)
 
 from attnlab.functional import kernels  # noqa: E402
-
-if not kernels.available():
-    pytest.skip("Triton cannot run here: no CUDA device and TRITON_INTERPRET is off", allow_module_level=True)
 
 from attnlab.functional.kernels import prior_attention, prior_attention_reference  # noqa: E402
 
