@@ -83,3 +83,13 @@ def test_every_shipped_comparison_is_on_the_leaderboard_or_left_off_with_a_reaso
 def test_the_heatmap_is_current():
     entries = generate.leaderboard_entries()
     assert is_current(generate.LEADERBOARD_PLOT, generate.leaderboard_key(entries)), "run `python docs/generate.py`"
+
+
+def test_a_benchmark_without_positions_says_so():
+    """dilution-nope-1 trains mqar as dilution-mqar-1 does but without positional encoding: its benchmark is another
+    one, and its label says how it differs (the label is all a reader of the table sees)."""
+    from attnlab.experiments.leaderboard import _benchmark_label
+
+    labels = {name: _benchmark_label(json.loads((ROOT / "results" / name / "results.json").read_text())["base_config"])
+              for name in ("dilution-mqar-1", "dilution-nope-1")}
+    assert labels["dilution-nope-1"] == labels["dilution-mqar-1"].replace("2x128", "2x128, no positions")

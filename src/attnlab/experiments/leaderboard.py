@@ -123,7 +123,9 @@ def _benchmark_label(base: dict) -> str:
     what = source.removeprefix("task:") if source.startswith("task:") else f"{source} (language model)"
     budget = f"cap {train['max_steps']}" if train.get("stop_at") else f"{train['max_steps']} steps"
     device = train.get("device") or "auto"
-    return f"{what}, {model['n_layer']}x{model['n_embd']}, {budget}" + ("" if device in ("cpu", "auto") else f", {device}")
+    positions = ", no positions" if model.get("pos_encoding") == "none" else ""
+    return (f"{what}, {model['n_layer']}x{model['n_embd']}{positions}, {budget}"
+            + ("" if device in ("cpu", "auto") else f", {device}"))
 
 
 def leaderboard(results_root, names: list[str]) -> list[Entry]:
