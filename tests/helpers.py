@@ -218,3 +218,24 @@ def require_kernels() -> None:
 
     if not kernels.available():
         pytest.skip("Triton cannot run here: no CUDA device and TRITON_INTERPRET is off", allow_module_level=True)
+
+
+def assert_lowrank_kernel_causal(run, inputs, t: int) -> None:
+    """The low-rank kernels' leak check: run(q, k, v, phi, lam, c) -> output [B, H, T, D]. Changing token t's key,
+    value and factors (phi_t, lam_t, c_t) leaves the outputs before t exactly unchanged (and does change token t's),
+    and a loss on those outputs gives exactly zero gradient to every input from t on (and some before it)."""
+    before = run(*inputs)
+    changed = [x.clone() for x in inputs]
+    changed[1][:, :, t] += 100.0
+    changed[2][:, :, t] -= 50.0
+    changed[3][:, :, t] += 3.0
+    changed[4][:, :, t] *= 0.01
+    changed[5][:, :, t] -= 7.0
+    after = run(*changed)
+    assert torch.equal(before[:, :, :t], after[:, :, :t])
+    assert not torch.equal(before[:, :, t:], after[:, :, t:])  # the perturbation does reach token t
+    leaves = [x.clone().requires_grad_() for x in inputs]
+    run(*leaves)[:, :, :t].sum().backward()
+    for name, leaf in zip(["q", "k", "v", "phi", "lam", "c"], leaves):
+        assert torch.count_nonzero(leaf.grad[:, :, t:]) == 0, f"d{name} after token {t} is not zero"
+        assert torch.count_nonzero(leaf.grad[:, :, :t]) > 0, f"d{name} before token {t} is all zero"
