@@ -15,7 +15,7 @@ GRIDS=("$@"); [ ${#GRIDS[@]} -eq 0 ] && GRIDS=(hijack-v2-1 hijack-v2-2)
 LIMIT="${GRID_TIMEOUT:-240}"  # seconds per grid
 JOBS="${GRID_JOBS:-3}"; DEVICE="${GRID_DEVICE:-cuda}"  # GRID_DEVICE=cpu tries the script out without a GPU
 WORK="${GRID_WORK:-/tmp/grids}"
-if compgen -G ".whl/*.whl" > /dev/null; then
+if [ -z "$WHEELS_READY" ] && compgen -G ".whl/*.whl" > /dev/null; then  # WHEELS_READY: a caller installed them
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | tail -2
   export PYTHONPATH=/tmp/site
 fi

@@ -23,6 +23,7 @@ kernel's output is also compared with the float-mask route's (max |difference|) 
 
     python benchmarks/kernels.py                         # on a CUDA device; prints one JSON object
     python benchmarks/kernels.py --seqs 1024 --repeats 3
+    python benchmarks/kernels.py --out kernels.json     # also kept after each length: a timeout loses only the last
 Without a CUDA device it prints a one-line message and exits with status 0.
 """
 
@@ -31,8 +32,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
+from pathlib import Path
 
 
 def routes(q, k, v, p, do):
@@ -235,18 +238,24 @@ def main(argv=None) -> int:
     parser.add_argument("--rank", type=int, default=16, help="rank r of the low-rank prefix prior's factors")
     parser.add_argument("--families", nargs="+", choices=["perkey", "lowrank"], default=["perkey", "lowrank"],
                         help="which kernels' rows to measure")
+    parser.add_argument("--out", help="also write the JSON object to this file after each length (atomically)")
     args = parser.parse_args(argv)
     import torch
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py needs a CUDA device (torch sees none); nothing measured")
         return 0
     import triton
-    rows = [measure(seq, args) for seq in args.seqs] if "perkey" in args.families else []
-    lowrank = [measure_lowrank(seq, args) for seq in args.seqs] if "lowrank" in args.families else []
-    print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                      "triton": triton.__version__, "batch": args.batch, "heads": args.heads,
-                      "head_dim": args.head_dim, "dtype": args.dtype, "repeats": args.repeats,
-                      "pass": "forward+backward", "rows": rows, "lowrank": lowrank}, indent=1))
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim, "dtype": args.dtype,
+              "repeats": args.repeats, "pass": "forward+backward", "rows": [], "lowrank": []}
+    for family, key, fn in (("perkey", "rows", measure), ("lowrank", "lowrank", measure_lowrank)):
+        if family in args.families:
+            for seq in args.seqs:
+                result[key].append(fn(seq, args))
+                if args.out:  # what is measured so far survives a timeout
+                    Path(args.out + ".tmp").write_text(json.dumps(result, indent=1))
+                    os.replace(args.out + ".tmp", args.out)
+    print(json.dumps(result, indent=1))
     return 0
 
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# A lent GPU session in one call of the device tool (at most 10 minutes a call, and few minutes in all): what needs
+# an idle GPU first, then what only needs a GPU, side by side, until $SESSION_END seconds from the start (default 530;
+# give the call about 60 s more for the runs to stop and the archive to be written).
+#   1. benchmarks/kernels.py alone on the GPU: the per-key prior kernel (kernels.json), then the low-rank prefix
+#      prior and value-gate kernels (kernels_lowrank.json), T = 1024, 4096, 8192, bfloat16; each file is rewritten
+#      after every length, so a timeout keeps what was measured.
+#   2. At once, until the end: the GPU tests one file group after another (the Triton kernels' tests, FlexAttention's
+#      gradients, tests/test_cuda.py; tests.log), and every comparison named as an argument, each in its own
+#      benchmarks/cuda_grids.sh. An argument is NAME[=SOURCE][@JOBS]: NAME's experiment preset with JOBS runs at a
+#      time (default $GRID_JOBS or 6); with =SOURCE, the finished standard runs of results/SOURCE/ are copied into
+#      NAME's run directory first (for a part whose preset reuses an earlier part's standard runs).
+# What comes back (the device returns at most 8 files): machine.txt, kernels.json, kernels_lowrank.json, tests.log,
+# grids.log (each comparison's output) and grids.tgz (every run without its checkpoints: unpack it here, then
+# `attnlab report DIR --export results/NAME`).
+#     bash benchmarks/cuda_session.sh "$OUT" hijack-v2-6=hijack-v2-1@10 dilution-mqar-3=dilution-mqar-1@5
+cd "$(dirname "$0")/.."
+DEST="${1:-${OUT:-cuda-out}}"; [ $# -gt 0 ] && shift; mkdir -p "$DEST"
+END="${SESSION_END:-530}"; WORK="${GRID_WORK:-/tmp/grids}"
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | tail -2
+  export PYTHONPATH=/tmp/site WHEELS_READY=1  # the comparisons below do not install them again, side by side
+fi
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"  # the package lives in src/ (no install on the device)
+export PYTHONUNBUFFERED=1 ATTNLAB_CACHE=/tmp/attnlab-cache MPLBACKEND=Agg
+t0=$(date +%s); stamp() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
+left() { echo $(( END - ($(date +%s) - t0) )); }
+{ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+  python3 -c "import torch,sys,triton;print(sys.version, torch.__version__, torch.version.cuda, triton.__version__)"
+  nproc; } > "$DEST/machine.txt" 2>&1
+for family in perkey lowrank; do
+  stamp "kernels.py $family"; file="$DEST/kernels.json"; [ $family = lowrank ] && file="$DEST/kernels_lowrank.json"
+  timeout 150 python3 benchmarks/kernels.py --repeats 10 --families $family --out "$file" > /dev/null 2> /tmp/$family.err
+  echo "rc $?"; tail -3 /tmp/$family.err
+done
+stamp "tests and comparisons"
+( for group in "tests/test_prior_kernel.py tests/test_lowrank_prior_kernel.py tests/test_lowrank_gate_kernel.py" \
+               "tests/test_flex_backend.py -k cuda" "tests/test_cuda.py"; do
+    limit=$(left); [ "$limit" -gt 20 ] || { echo "== no time left for $group"; continue; }
+    echo "== pytest $group (limit $limit s)"
+    timeout "$limit" python3 -m pytest -q -rA -p no:cacheprovider $group; echo "rc $?"
+  done ) > "$DEST/tests.log" 2>&1 &
+i=0
+for spec in "$@"; do
+  i=$((i + 1)); jobs="${GRID_JOBS:-6}"
+  [[ "$spec" == *@* ]] && { jobs="${spec##*@}"; spec="${spec%@*}"; }
+  name="${spec%%=*}"
+  if [[ "$spec" == *=* ]]; then mkdir -p "$WORK/$name"; cp -r "results/${spec#*=}/standard" "$WORK/$name/"; fi
+  GRID_TIMEOUT=$(left) GRID_JOBS="$jobs" GRID_WORK="$WORK" bash benchmarks/cuda_grids.sh "/tmp/grid-out-$i" "$name" \
+    > "/tmp/grid-$i.log" 2>&1 &
+done
+wait
+for f in /tmp/grid-*.log /tmp/grid-out-*/*.log; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done > "$DEST/grids.log"
+[ $i -gt 0 ] && tar czf "$DEST/grids.tgz" -C "$WORK" --exclude=checkpoint .
+grep -E "^== |passed|failed|rc " "$DEST/tests.log" | tail -12
+stamp done
