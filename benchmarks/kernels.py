@@ -6,11 +6,14 @@ Routes, all causal, B = 4, H = 12, D = 64, bfloat16 by default, at T = 1024, 409
   kernel            prior_attention(q, k, v, p): softmax_j(q_i . k_j / sqrt(D) + p_j), gradients to q, k, v, p
   kernel_no_prior   prior_attention(q, k, v): the kernel's own cost against flash on the same work
   sdpa_float_mask   SDPA with the prior as a float [B, H, T, T] mask (causal -inf plus p_j), built in the call
-  flex              FlexAttention (compiled), score_mod s + p[b, h, kv], a causal block mask
+  flex              FlexAttention (compiled once per length, dynamic=False), score_mod s + p[b, h, kv], a causal
+                    block mask, gradients to p as well
 The low-rank prefix prior (rows under "lowrank", rank --rank = 16, factors phi, c [B, H, T, r] and lam [B, H, T] in
 float32, the prior log max(M_ij, 1e-4) with M_ij = (1 - phi_j . c_i) / lam_j):
   sdpa_flash        as above: the floor (ratio 1)
   kernel            lowrank_prior_attention(q, k, v, phi, lam, c): gradients to q, k, v, phi, lam, c
+  kernel_ieee_factors  the same with the factors' products in IEEE float32 on CUDA cores (its choice for float32
+                    inputs) instead of TF32x3 on tensor cores (its choice for 16-bit inputs)
   sdpa_float_mask   SDPA with the dense prior as a float [B, H, T, T] mask (M built whole in the call, then the
                     causal -inf), gradients through it to the factors
   prefix_blocks     attnlab.mechanisms.magnitude.prefix_blocks.lowrank_prefix_attention with prior_floor, blocks of
@@ -36,6 +39,7 @@ import os
 import statistics
 import sys
 from pathlib import Path
+from unittest import mock
 
 
 def routes(q, k, v, p, do):
@@ -70,7 +74,7 @@ def routes(q, k, v, p, do):
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     except ImportError:
         return out
-    compiled = torch.compile(flex_attention)
+    compiled = torch.compile(flex_attention, dynamic=False)  # one kernel per length, as attnlab's flex route
     block_mask = create_block_mask(lambda b, h, qi, ki: ki <= qi, None, None, t, t, device=q.device)
 
     def score_mod(s, b, h, qi, ki):
@@ -168,6 +172,7 @@ def lowrank_routes(q, k, v, phi, lam, c, do):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from attnlab.functional.kernels import lowrank as lowrank_kernels
     from attnlab.functional.kernels import lowrank_gate_attention, lowrank_prior_attention
     from attnlab.mechanisms.magnitude.prefix_blocks import lowrank_prefix_attention
 
@@ -179,6 +184,10 @@ def lowrank_routes(q, k, v, phi, lam, c, do):
 
     def kernel():
         lowrank_prior_attention(q, k, v, phi, lam, c, prior_floor=LOWRANK_FLOOR, scale=scale).backward(do)
+
+    def kernel_ieee_factors():  # the factors' products on CUDA cores (IEEE), as for float32 inputs
+        with mock.patch.object(lowrank_kernels, "factor_precision", lambda dtype: "ieee"):
+            kernel()
 
     def sdpa_float_mask():
         mask = dense_lowrank_mask(phi, lam, c, q.dtype)
@@ -195,7 +204,8 @@ def lowrank_routes(q, k, v, phi, lam, c, do):
 
     beta = torch.tensor(4.0, device=q.device, requires_grad=True)
     gamma = torch.tensor(-2.0, device=q.device, requires_grad=True)
-    return {"sdpa_flash": sdpa_flash, "kernel": kernel, "sdpa_float_mask": sdpa_float_mask,
+    return {"sdpa_flash": sdpa_flash, "kernel": kernel, "kernel_ieee_factors": kernel_ieee_factors,
+            "sdpa_float_mask": sdpa_float_mask,
             "prefix_blocks": prefix_blocks, "gate_kernel": gate_kernel, "gate_prefix_blocks": gate_prefix_blocks}
 
 

@@ -23,6 +23,8 @@ import torch
 
 __all__ = ["flex_attention_scores"]
 
+MIN_HEAD_DIM = 16  # the smallest head dimension FlexAttention compiles for on CUDA (smaller ones are zero-padded)
+
 
 @functools.cache
 def _compiled():
@@ -75,7 +77,13 @@ def flex_attention_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
             x = torch.where(ki == s, sink[hi].to(x.dtype), x)
         return x
 
+    dv = v.shape[-1]
+    # FlexAttention's CUDA kernels take head dimensions of 16 and up: zero columns change no q . k and only add
+    # output columns, cut off below (the scale is given, so it stays 1/sqrt of the true d)
+    q, k = (torch.nn.functional.pad(x, (0, max(0, MIN_HEAD_DIM - x.shape[-1]))) for x in (q, k))
+    v = torch.nn.functional.pad(v, (0, max(0, MIN_HEAD_DIM - dv)))
     mask = _causal_block_mask(t, s, keys, str(q.device)) if causal else None
     run = _compiled() if q.device.type == "cuda" else flex_attention
-    return run(q, k, v, score_mod=score if prior is not None or sink is not None else None, block_mask=mask,
-               scale=scale, enable_gqa=k.shape[1] != h)
+    out = run(q, k, v, score_mod=score if prior is not None or sink is not None else None, block_mask=mask,
+              scale=scale, enable_gqa=k.shape[1] != h)
+    return out[..., :dv]

@@ -76,6 +76,15 @@ def precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
+def factor_precision(dtype: torch.dtype) -> str:
+    """tl.dot's input precision for the float32 products of the low-rank factors (c_i . phi_j and the factors'
+    gradients), by the dtype of q: IEEE for float32 inputs; for 16-bit inputs TF32x3, three TF32 tensor-core
+    products whose sum keeps about float32's accuracy (the split a = a_hi + a_lo, a b ~ a_hi b_hi + a_hi b_lo +
+    a_lo b_hi), far faster than IEEE's CUDA-core loop. Plain TF32 (10-bit mantissa) is not enough: M_ij = (1 - c_i
+    . phi_j) / lambda_j cancels where the prior is small, and its log would carry the rounding."""
+    return "ieee" if dtype == torch.float32 else "tf32x3"
+
+
 @triton.jit
 def online_softmax_gated_step(s2, g, m_i, l_i, acc, v, PRECISION: tl.constexpr):
     """:func:`online_softmax_step` with a gate g [BLOCK_M, BLOCK_N] on the values and not on the normaliser:

@@ -42,7 +42,8 @@ import triton.language as tl
 
 from . import available
 from ...switches import MAGNITUDE_GATES as GATES  # the value gates of attnlab.mechanisms.magnitude.reference.gate
-from .common import LOG2E, block_sizes, check_qkv, online_softmax_gated_step, online_softmax_step, precision
+from .common import (LOG2E, block_sizes, check_qkv, factor_precision, online_softmax_gated_step, online_softmax_step,
+                     precision)
 
 __all__ = ["GATES", "LowrankPrefixAttention", "MAX_RANK", "lowrank_gate_attention", "lowrank_prior_attention"]
 
@@ -51,9 +52,10 @@ _GATE_CODE = {"clamp": 1, "sigmoid": 2, "linear": 3}  # the kernels' GATE; 0 is 
 
 
 @triton.jit
-def _prior_tile(c, phi_t, inv_lam, floor):
-    """(log2 max(M, floor), M, w) of one tile: w_ij = 1 - c_i . phi_j, M_ij = w_ij / lambda_j."""
-    w = 1.0 - tl.dot(c, phi_t, input_precision="ieee")  # w_ij = 1 - phi_j . c_i
+def _prior_tile(c, phi_t, inv_lam, floor, FACTORS: tl.constexpr):
+    """(log2 max(M, floor), M, w) of one tile: w_ij = 1 - c_i . phi_j, M_ij = w_ij / lambda_j; FACTORS is the
+    product's input precision (common.factor_precision)."""
+    w = 1.0 - tl.dot(c, phi_t, input_precision=FACTORS)  # w_ij = 1 - phi_j . c_i
     m = w * inv_lam  # M_ij = w_ij / lambda_j (inv_lam broadcast along the key axis by the caller)
     return tl.log2(tl.maximum(m, floor)), m, w
 
@@ -82,7 +84,7 @@ def _gate_tile(m, beta, gamma, GATE: tl.constexpr):
 def _forward_kernel(Q, K, V, C, PHI, LAM, BG, O, LSE2,
                     sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sfb, sfh, slb, slh, sob, soh, sot,
                     T, H, D, R, GROUP, F_DIV, qk_scale2, floor,
-                    GATE: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    GATE: tl.constexpr, PRECISION: tl.constexpr, FACTORS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -120,7 +122,7 @@ def _forward_kernel(Q, K, V, C, PHI, LAM, BG, O, LSE2,
         phi_t = tl.load(PHI + f_base + offs_n[None, :] * R + offs_r[:, None],
                         mask=col_ok[None, :] & r_ok[:, None], other=0.0)  # [BLOCK_R, BLOCK_N]
         inv_lam = 1.0 / tl.load(lam_base + offs_n, mask=col_ok, other=1.0)
-        prior2, m, _ = _prior_tile(c, phi_t, inv_lam[None, :], floor)
+        prior2, m, _ = _prior_tile(c, phi_t, inv_lam[None, :], floor, FACTORS)
         s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2
         keep = (offs_n[None, :] <= offs_m[:, None]) & col_ok[None, :]  # j <= i, j < T
         if GATE == 0:  # (s q_i . k_j + log max(M_ij, f)) log2 e
@@ -140,7 +142,7 @@ def _forward_kernel(Q, K, V, C, PHI, LAM, BG, O, LSE2,
 def _dkdv_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DK, DV, DPHI, DLAM,
                  sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sfb, sfh, slb, slh, sdb, sdh, sdt,
                  T, HKV, D, R, GROUP, F_DIV, scale, qk_scale2, floor,
-                 GATE: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 GATE: tl.constexpr, PRECISION: tl.constexpr, FACTORS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
     # One program per (key block, batch, K/V head). Tiles are transposed, [key j, query i]. dk_j and dv_j sum over
     # the group's query heads in registers; dphi_j and dlambda_j are stored per query head (summed outside).
@@ -188,7 +190,7 @@ def _dkdv_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DK, DV, DPHI, DLAM,
                           other=0.0)  # [BLOCK_R, BLOCK_M]
             lse2 = tl.load(LSE2 + bh * T + offs_m, mask=row_ok, other=0.0)
             delta = tl.load(DELTA + bh * T + offs_m, mask=row_ok, other=0.0)
-            prior2_t, m_t, w_t = _prior_tile(phi, c_t, inv_lam[:, None], floor)  # M_ij at [j, i]
+            prior2_t, m_t, w_t = _prior_tile(phi, c_t, inv_lam[:, None], floor, FACTORS)  # M_ij at [j, i]
             s2_t = tl.dot(k, q_t, input_precision=PRECISION) * qk_scale2
             if GATE == 0:
                 s2_t += prior2_t
@@ -209,7 +211,7 @@ def _dkdv_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DK, DV, DPHI, DLAM,
                 big_g_t = dm_t * inv_lam[:, None]  # G_ij = dM_ij / lambda_j
                 dmm_t = dm_t * m_t
             dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)  # dk_j = scale sum_i dS_ij q_i
-            dphi -= tl.dot(big_g_t, c, input_precision="ieee")  # dphi_j = -sum_i G_ij c_i
+            dphi -= tl.dot(big_g_t, c, input_precision=FACTORS)  # dphi_j = -sum_i G_ij c_i
             dlam += tl.sum(dmm_t, 1)
         fh = bh * T  # per-query-head gradient buffers [B, H, T(, R)], contiguous
         tl.store(DPHI + (fh + offs_n[:, None]) * R + offs_r[None, :], dphi, mask=col_ok[:, None] & r_ok[None, :])
@@ -223,7 +225,7 @@ def _dkdv_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DK, DV, DPHI, DLAM,
 def _dq_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DQ, DC, DBETA, DGAMMA,
                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sfb, sfh, slb, slh, sdb, sdh, sdt,
                T, H, D, R, GROUP, F_DIV, scale, qk_scale2, floor,
-               GATE: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               GATE: tl.constexpr, PRECISION: tl.constexpr, FACTORS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -267,7 +269,7 @@ def _dq_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DQ, DC, DBETA, DGAMMA,
         phi_t = tl.load(PHI + f_base + offs_n[None, :] * R + offs_r[:, None], mask=col_ok[None, :] & r_ok[:, None],
                         other=0.0)  # [BLOCK_R, BLOCK_N]
         inv_lam = 1.0 / tl.load(lam_base + offs_n, mask=col_ok, other=1.0)
-        prior2, m, w = _prior_tile(c, phi_t, inv_lam[None, :], floor)
+        prior2, m, w = _prior_tile(c, phi_t, inv_lam[None, :], floor, FACTORS)
         s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2
         if GATE == 0:
             s2 += prior2
@@ -285,7 +287,7 @@ def _dq_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DQ, DC, DBETA, DGAMMA,
             dgamma += tl.sum(du, 1)
             big_g = du * beta * passes * inv_lam[None, :]  # G_ij = dM_ij / lambda_j
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)  # dq_i = scale sum_j dS_ij k_j
-        dc -= tl.dot(big_g, phi, input_precision="ieee")  # dc_i = -sum_j G_ij phi_j
+        dc -= tl.dot(big_g, phi, input_precision=FACTORS)  # dc_i = -sum_j G_ij phi_j
     tl.store(DQ + pid_bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
              mask=q_mask)
     tl.store(DC + (pid_bh * T + offs_m[:, None]) * R + offs_r[None, :], dc, mask=c_mask)
@@ -374,15 +376,15 @@ class LowrankPrefixAttention(torch.autograd.Function):
         bg = torch.stack([beta.reshape(()), gamma.reshape(())]).to(q.device, torch.float32).contiguous()
         o = torch.empty_like(q)
         lse2 = torch.empty((b, h, t), device=q.device, dtype=torch.float32)
-        prec = precision(q.dtype)
+        prec = (precision(q.dtype), factor_precision(q.dtype))  # (q/k/v products, the factors' products)
         grid = (triton.cdiv(t, block_m), b * h)
         _forward_kernel[grid](q, k, v, c, phi, lam, bg, o, lse2,
                               q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                               v.stride(0), v.stride(1), v.stride(2), *f_strides,
                               o.stride(0), o.stride(1), o.stride(2),
                               t, h, d, r, h // hkv, f_div, scale * LOG2E, floor,
-                              GATE=gate, PRECISION=prec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-                              BLOCK_R=block_r, num_warps=4)
+                              GATE=gate, PRECISION=prec[0], FACTORS=prec[1], BLOCK_M=block_m, BLOCK_N=block_n,
+                              BLOCK_D=block_d, BLOCK_R=block_r, num_warps=4)
         ctx.save_for_backward(q, k, v, phi, lam, c, bg, o, lse2)
         ctx.meta = (scale, floor, gate, block_m, block_n, block_d, block_r, f_strides, f_div, prec, shapes)
         return o
@@ -404,8 +406,8 @@ class LowrankPrefixAttention(torch.autograd.Function):
         dbeta, dgamma = (torch.zeros((b, h, t), device=q.device, dtype=torch.float32) for _ in range(2))
         common = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                   v.stride(0), v.stride(1), v.stride(2), *f_strides, do.stride(0), do.stride(1), do.stride(2))
-        constants = dict(GATE=gate, PRECISION=prec, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-                         BLOCK_R=block_r, num_warps=4)
+        constants = dict(GATE=gate, PRECISION=prec[0], FACTORS=prec[1], BLOCK_M=block_m, BLOCK_N=block_n,
+                         BLOCK_D=block_d, BLOCK_R=block_r, num_warps=4)
         _dkdv_kernel[(triton.cdiv(t, block_n), b * hkv)](q, k, v, c, phi, lam, bg, do, lse2, delta, dk, dv, dphi,
                                                         dlam, *common, t, hkv, d, r, group, f_div, scale,
                                                         scale * LOG2E, floor, **constants)
