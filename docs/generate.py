@@ -38,7 +38,8 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
 - ``BENCH-CUDA:<part>``: what a GPU measured, from ``results/benchmarks/cuda/``: ``path`` (benchmarks/cuda_path.py
   and train_step.py --device cuda), ``train`` (a gpt2-small run), ``long`` (magnitude.py --long), ``layer``
   (attention_layer.py in bfloat16), ``chunks`` (magnitude.py's low-rank prefix rows at several blocks against the
-  explicit path, magnitude_chunks.json).
+  explicit path, magnitude_chunks.json), ``kernels`` and ``kernels_lowrank`` (benchmarks/kernels.py's per-key and
+  low-rank rows, kernels.json and kernels_lowrank.json).
 
 Blocks with other names (the hand-written ``MAGNITUDE-TEXT`` and the like) are left alone. tests/test_docs.py
 imports this file and checks that every committed block equals what it generates, so the text cannot drift from
@@ -61,7 +62,7 @@ GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "
              "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "BENCH-LAYER:", "HEADS:", "SWAP:", "SWEEP:", "LEADERBOARD")
 
 # The comparisons on the leaderboard, and those left off with the reason. A new study adds its comparisons to one.
-LEADERBOARD = ("dilution-mqar-1", "dilution-mqar-2", "dilution-nope-1", "dilution-noisy-1", "hijack-v2-1", "hijack-v2-2", "hijack-v2-2-causal", "hijack-v2-4", "hijack-v2-5", "hijack-v2-1-h100",
+LEADERBOARD = ("dilution-mqar-1", "dilution-mqar-2", "dilution-mqar-3", "dilution-nope-1", "dilution-noisy-1", "hijack-v2-1", "hijack-v2-2", "hijack-v2-2-causal", "hijack-v2-4", "hijack-v2-5", "hijack-v2-1-h100", "hijack-v2-6",
                "recall-mqar-1", "recall-mqar-2", "recall-mqar-3", "recall-mqar-4",
                "recall-induction", "recall-induction-2",
                "recall-selective-copy-1", "recall-selective-copy-2", "recall-selective-copy-3",
@@ -355,6 +356,38 @@ def bench_chunks_table(bench: dict) -> str:
                                f"layer at that T, the fastest of its timings in the same run.\n")
 
 
+KERNEL_ROUTES = {  # benchmarks/kernels.py's routes, as the speed page names them
+    "rows": {"sdpa_flash": "SDPA flash, no prior (the floor)", "kernel": "`prior_attention` with the prior",
+             "kernel_no_prior": "`prior_attention` without a prior",
+             "sdpa_float_mask": "SDPA with the prior as a float mask", "flex": "FlexAttention, `s + p[b, h, kv]`"},
+    "lowrank": {"sdpa_flash": "SDPA flash, no prior (the floor)", "kernel": "`lowrank_prior_attention`",
+                "kernel_ieee_factors": "the same, factors' products in IEEE float32",
+                "sdpa_float_mask": "SDPA with the dense prior as a float mask",
+                "prefix_blocks": "the PyTorch block path (blocks of 64)",
+                "gate_kernel": "`lowrank_gate_attention` (clamp gate)",
+                "gate_prefix_blocks": "the PyTorch block path with the clamp gate"}}
+
+
+def bench_kernels_table(bench: dict, key: str) -> str:
+    """One row per route of a ``benchmarks/kernels.py`` run (``key``: "rows" for the per-key prior, "lowrank"),
+    one column per T: forward+backward ms, the ratio to SDPA flash in the same run, peak MiB."""
+    rows = bench[key]
+    lines = [f"| route, fwd+bwd, {bench['dtype']} | " + " | ".join(f"T = {r['T']}" for r in rows) + " |",
+             "|---" * (len(rows) + 1) + "|"]
+    for route, label in KERNEL_ROUTES[key].items():
+        cells = [r["routes"].get(route) for r in rows]
+        lines.append(f"| {label} | " + " | ".join(
+            "" if x is None else "out of memory" if "OutOfMemory" in x.get("error", "") else x.get("error") or
+            f"{x['ms']:.3g} ms, {x['ratio']:.2f}x, {x['peak_mib']:,.0f} MiB" for x in cells) + " |")
+    diff = max(r["kernel_max_abs_diff_vs_float_mask"] for r in rows)
+    rank = f", rank {rows[0]['rank']}" if "rank" in rows[0] else ""
+    return "\n".join(lines) + (f"\n\n{bench['device']}, torch {bench['torch']}, Triton {bench['triton']}; batch "
+                               f"{bench['batch']}, {bench['heads']} heads, head_dim {bench['head_dim']}{rank}, causal; "
+                               f"medians of {bench['repeats']} rounds; each cell: milliseconds, the ratio to SDPA flash "
+                               f"at that T, peak memory of one call. The kernel's output differs from the float-mask "
+                               f"route's by at most {diff} (bfloat16 outputs).\n")
+
+
 def bench_cuda_block(part: str) -> str:
     """Tables of what a GPU measured (results/benchmarks/cuda/): the CUDA path's design checks, a training run,
     the long-context magnitude rows and the attention layer in bfloat16."""
@@ -363,6 +396,9 @@ def bench_cuda_block(part: str) -> str:
     folder = ROOT / "results" / "benchmarks" / "cuda"
     if part == "long":
         return bench_long_block(folder / "magnitude_long.json")
+    if part in ("kernels", "kernels_lowrank"):
+        return bench_kernels_table(json.loads((folder / f"{part}.json").read_text()),
+                                   "rows" if part == "kernels" else "lowrank")
     if part == "chunks":
         return bench_chunks_table(json.loads((folder / "magnitude_chunks.json").read_text()))
     if part == "layer":

@@ -415,6 +415,39 @@ def test_the_gpu_block_sweep_prose_is_the_saved_benchmark():
     assert f"the same row gave {before['lowrank-causal', 2048]['fwd_bwd_ratio']:.1f}x at T = 2048" in speed
 
 
+def test_the_kernel_prose_on_the_speed_page_is_the_saved_benchmark():
+    """docs/speed.md's sentences on the Triton kernels on a GPU, recomputed from results/benchmarks/cuda/kernels.json
+    and kernels_lowrank.json (ratios to SDPA flash in the same run, memory, route against route)."""
+    import json
+
+    cuda = ROOT / "results" / "benchmarks" / "cuda"
+    per = {r["T"]: r["routes"] for r in json.loads((cuda / "kernels.json").read_text())["rows"]}
+    low = {r["T"]: r["routes"] for r in json.loads((cuda / "kernels_lowrank.json").read_text())["lowrank"]}
+    speed = " ".join((DOCS / "speed.md").read_text().split())
+    mask = [per[t]["sdpa_float_mask"] for t in (4096, 8192)]
+    assert (f"{per[4096]['kernel']['ratio']:.2f}x SDPA flash at T = 4096 and {per[8192]['kernel']['ratio']:.2f}x at "
+            "T = 8192 with the prior, in less memory than flash's own call") in speed
+    assert all(per[t]["kernel"]["peak_mib"] < per[t]["sdpa_flash"]["peak_mib"] for t in per)
+    assert (f"float mask costs {mask[0]['ratio']:.2f}x and {mask[1]['ratio']:.2f}x and takes "
+            f"{mask[0]['peak_mib']:,.0f} and {mask[1]['peak_mib']:,.0f} MiB") in speed
+    assert (f"Without a prior the kernel costs {per[4096]['kernel_no_prior']['ratio']:.2f}x and "
+            f"{per[8192]['kernel_no_prior']['ratio']:.2f}x flash at T = 4096 and 8192") in speed
+    assert f"at T = 1024 it costs {per[1024]['kernel_no_prior']['ratio']:.1f}x (three kernel launches" in speed
+    assert f"costs {per[4096]['flex']['ratio']:.2f}x and {per[8192]['flex']['ratio']:.2f}x" in speed
+    assert "at T = 1024 it and the kernel are within 3% of each other" in speed
+    assert abs(per[1024]["flex"]["ms"] / per[1024]["kernel"]["ms"] - 1) < 0.03
+    assert all(per[t]["kernel"]["ms"] < per[t]["flex"]["ms"] for t in (4096, 8192))  # why auto picks the kernel
+    assert (f"The kernel misses its target: {low[4096]['kernel']['ratio']:.2f}x SDPA flash at T = 4096 (target 1.5x) "
+            f"and {low[8192]['kernel']['ratio']:.2f}x at T = 8192") in speed
+    ms = {route: low[4096][route]["ms"] for route in ("kernel", "sdpa_float_mask", "prefix_blocks")}
+    assert (f"{ms['sdpa_float_mask'] / ms['kernel']:.0f}x faster than the dense float mask at T = 4096 (which takes "
+            f"{low[4096]['sdpa_float_mask']['peak_mib']:,.0f} MiB there and runs out of memory at 8192) and "
+            f"{ms['prefix_blocks'] / ms['kernel']:.1f}x faster than the PyTorch block path") in speed
+    assert "OutOfMemoryError" in low[8192]["sdpa_float_mask"]["error"]
+    assert (f"took it from {low[4096]['kernel_ieee_factors']['ratio']:.2f}x to {low[4096]['kernel']['ratio']:.2f}x "
+            "at T = 4096") in speed
+
+
 def test_the_heads_page_gpu_costs_are_the_saved_layer_benchmark():
     """docs/heads.md quotes the H200's bfloat16 layer table (results/benchmarks/cuda/attention_layer_bf16.json) for
     the three recombinations: the forward+backward ratios against the SDPA layer."""

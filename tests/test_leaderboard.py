@@ -93,3 +93,13 @@ def test_a_benchmark_without_positions_says_so():
     labels = {name: _benchmark_label(json.loads((ROOT / "results" / name / "results.json").read_text())["base_config"])
               for name in ("dilution-mqar-1", "dilution-nope-1")}
     assert labels["dilution-nope-1"] == labels["dilution-mqar-1"].replace("2x128", "2x128, no positions")
+
+
+def test_speed_is_a_ratio_only_between_runs_on_one_machine():
+    """dilution-mqar-3 copies standard's CPU runs beside GPU runs: no tokens/s ratio; hijack-v2-6 (all on one H100)
+    has the ratio of the runs' mean tokens/s, recomputed from their summary.json."""
+    assert _entry("dilution-mqar-3", "magnitude-prefix-logits-lowrank").speed is None
+    mean = {v: np.mean([json.loads(p.read_text())["tokens_per_s"]
+                        for p in (RESULTS / "hijack-v2-6" / v).glob("seed*/summary.json")])
+            for v in ("standard", "differential")}
+    assert _entry("hijack-v2-6", "differential").speed == pytest.approx(mean["differential"] / mean["standard"])

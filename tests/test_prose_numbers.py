@@ -41,9 +41,9 @@ PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consens
 
 # results/ directories a page quotes besides those of its own RESULTS blocks: magnitude-long.md's section on the
 # capability tasks quotes the hijack sweep of the exact prefix prior (part 2) and of the low-rank one (part 3); the
-# dilution page's verdict quotes the hijack study (SSMax in part 5, the priors in part 1).
+# dilution page quotes the hijack study (SSMax in part 5, the priors in part 1 on the CPU and on an H100).
 EXTRA_DIRS = {"magnitude-long.md": ("hijack-mixed-2", "hijack-mixed-3"),
-              "../dilution.md": ("hijack-v2-1", "hijack-v2-5")}  # its verdict quotes the hijack study
+              "../dilution.md": ("hijack-v2-1", "hijack-v2-1-h100", "hijack-v2-5")}  # it quotes the hijack study
 
 
 def _generate():

@@ -11,7 +11,8 @@ measured against the ``standard`` runs of its own comparison (same seeds, data o
   give the Holm-adjusted tests);
 - steps to threshold where the comparison stops runs at a threshold, with the runs that hit their cap counted as
   not converged;
-- training speed relative to ``standard`` (tokens per second on the same machine in the same comparison).
+- training speed relative to ``standard`` (tokens per second on the same machine in the same comparison; n/a where
+  the variant's runs and the baseline's trained on different devices).
 
 :func:`leaderboard` builds the rows, :func:`leaderboard_tables` the markdown (a section per family of mechanisms)
 and :func:`plot_leaderboard` the heatmap.
@@ -140,11 +141,21 @@ def leaderboard(results_root, names: list[str]) -> list[Entry]:
             if any(label == match for _, label in benchmarks):
                 match = f"{match} ({name})"
             benchmarks.append((base, match))
-        rows += _entries(name, match, results)
+        rows += _entries(name, match, results, _devices(Path(results_root) / name))
     return rows
 
 
-def _entries(name: str, benchmark: str, results: dict) -> list[Entry]:
+def _devices(directory: Path) -> dict[str, set[str]]:
+    """{variant: the devices its runs trained on}, from the runs' summary.json (a baseline can be copied from an
+    earlier comparison run on another machine)."""
+    found: dict[str, set[str]] = {}
+    for summary in directory.glob("*/seed*/summary.json"):
+        device = json.loads(summary.read_text(encoding="utf-8")).get("device")
+        found.setdefault(summary.parent.parent.name, set()).add(device)
+    return found
+
+
+def _entries(name: str, benchmark: str, results: dict, devices: dict[str, set[str]]) -> list[Entry]:
     by_variant = {row["variant"]: row for row in results["variants"]}
     baseline = by_variant[results["baseline"]]
     convergence = {row["variant"]: row for row in (results.get("convergence") or {}).get("variants", [])}
@@ -155,8 +166,9 @@ def _entries(name: str, benchmark: str, results: dict) -> list[Entry]:
     out = []
     for variant, row in by_variant.items():
         conv = convergence.get(variant, {})
+        same_machine = devices.get(variant) == devices.get(results["baseline"])  # else tokens/s compare machines
         speed = (row["tokens_per_s_mean"] / baseline["tokens_per_s_mean"]
-                 if row.get("tokens_per_s_mean") and baseline.get("tokens_per_s_mean") else None)
+                 if row.get("tokens_per_s_mean") and baseline.get("tokens_per_s_mean") and same_machine else None)
         common = dict(variant=variant, family=family(variant), comparison=name, benchmark=benchmark, speed=speed,
                       steps_median=conv.get("median") if conv.get("median") is not None else conv.get("median_lower_bound"),
                       steps_lower_bound=conv.get("median") is None and conv.get("median_lower_bound") is not None,
