@@ -448,6 +448,23 @@ def test_the_kernel_prose_on_the_speed_page_is_the_saved_benchmark():
             "at T = 4096") in speed
 
 
+def test_the_kernel_resource_prose_is_the_saved_report():
+    """docs/speed.md's sentences on the kernels' registers and spills, from kernel_resources_sm90.json."""
+    import json
+
+    rows = json.loads((ROOT / "results" / "benchmarks" / "cuda" / "kernel_resources_sm90.json").read_text())["rows"]
+    at = {(r["kernel"], r["block_m"], r["num_warps"]): r for r in rows}
+    speed = " ".join((DOCS / "speed.md").read_text().split())
+    today = [at[f"lowrank.{k}[GATE=0]", 64, 4] for k in ("_dkdv_kernel", "_dq_kernel")]
+    assert all(r["regs"] == 255 for r in today)
+    assert f"spill ({today[0]['stack_bytes']} and {today[1]['stack_bytes']} bytes per thread with the prior)" in speed
+    tf32x3 = [r for r in rows if r["kernel"].startswith("lowrank._d") and "ieee" not in r["kernel"]]
+    assert all(r["stack_bytes"] > 0 for r in tf32x3)  # "no configuration tried removes the spills"
+    ieee = [at[f"lowrank.{k}[GATE=0, ieee]", 32, 8] for k in ("_dkdv_kernel", "_dq_kernel")]
+    assert all(r["stack_bytes"] == 0 for r in ieee)
+    assert f"does ({ieee[0]['regs']} and {ieee[1]['regs']} registers)" in speed
+
+
 def test_the_heads_page_gpu_costs_are_the_saved_layer_benchmark():
     """docs/heads.md quotes the H200's bfloat16 layer table (results/benchmarks/cuda/attention_layer_bf16.json) for
     the three recombinations: the forward+backward ratios against the SDPA layer."""

@@ -84,8 +84,8 @@ def _gate_tile(m, beta, gamma, GATE: tl.constexpr):
 def _forward_kernel(Q, K, V, C, PHI, LAM, BG, O, LSE2,
                     sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sfb, sfh, slb, slh, sob, soh, sot,
                     T, H, D, R, GROUP, F_DIV, qk_scale2, floor,
-                    GATE: tl.constexpr, PRECISION: tl.constexpr, FACTORS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
+                    GATE: tl.constexpr, PRECISION: tl.constexpr, FACTORS: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -142,8 +142,8 @@ def _forward_kernel(Q, K, V, C, PHI, LAM, BG, O, LSE2,
 def _dkdv_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DK, DV, DPHI, DLAM,
                  sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sfb, sfh, slb, slh, sdb, sdh, sdt,
                  T, HKV, D, R, GROUP, F_DIV, scale, qk_scale2, floor,
-                 GATE: tl.constexpr, PRECISION: tl.constexpr, FACTORS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
+                 GATE: tl.constexpr, PRECISION: tl.constexpr, FACTORS: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
     # One program per (key block, batch, K/V head). Tiles are transposed, [key j, query i]. dk_j and dv_j sum over
     # the group's query heads in registers; dphi_j and dlambda_j are stored per query head (summed outside).
     pid_n = tl.program_id(0)
@@ -225,8 +225,8 @@ def _dkdv_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DK, DV, DPHI, DLAM,
 def _dq_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DQ, DC, DBETA, DGAMMA,
                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sfb, sfh, slb, slh, sdb, sdh, sdt,
                T, H, D, R, GROUP, F_DIV, scale, qk_scale2, floor,
-               GATE: tl.constexpr, PRECISION: tl.constexpr, FACTORS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
+               GATE: tl.constexpr, PRECISION: tl.constexpr, FACTORS: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H

@@ -1,0 +1,40 @@
+"""benchmarks/kernel_resources.py compiles the Triton kernels for sm_90 on a machine without a GPU and reads their
+registers and spills from the cubin: run as the docs say (a fresh process, Triton's interpreter off), it reports
+every kernel with numbers a CUDA compiler can give (1 to 255 registers, shared memory for the tiles), and it
+refuses to run under the interpreter in one line."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton", reason="triton is not installed (pip install attnlab[kernels])")
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "kernel_resources.py"
+
+
+def _run(*args, interpret: str | None = None):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpret is not None:
+        env["TRITON_INTERPRET"] = interpret
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.mark.slow
+def test_every_kernel_compiles_for_sm90_with_a_resource_report():
+    done = _run("--blocks", "32x32", "--num-warps", "4")
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    kernels = {r["kernel"] for r in report["rows"]}
+    assert {"perkey._forward_kernel", "perkey._dkdv_kernel", "perkey._dq_kernel"} <= kernels
+    assert {f"lowrank.{k}[GATE={g}]" for k in ("_forward_kernel", "_dkdv_kernel", "_dq_kernel") for g in (0, 1)} <= kernels
+    for row in report["rows"]:
+        assert 1 <= row["regs"] <= 255 and row["stack_bytes"] >= 0 and row["shared_bytes"] > 0, row
+
+
+def test_under_the_interpreter_it_refuses_in_one_line():
+    done = _run("--blocks", "32x32", interpret="1")
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0 and "TRITON_INTERPRET" in done.stderr
