@@ -3,8 +3,9 @@
 # an idle GPU first, then what only needs a GPU, side by side, until $SESSION_END seconds from the start (default 530;
 # give the call about 60 s more for the runs to stop and the archive to be written).
 #   1. benchmarks/kernels.py alone on the GPU: the per-key prior kernel (kernels.json), then the low-rank prefix
-#      prior and value-gate kernels (kernels_lowrank.json), T = 1024, 4096, 8192, bfloat16; each file is rewritten
-#      after every length, so a timeout keeps what was measured.
+#      prior and value-gate kernels (kernels_lowrank.json; the prior's kernel also with the tiles $LOWRANK_BLOCKS,
+#      default "32x32 32x64 64x32"), T = 1024, 4096, 8192, bfloat16; each file is rewritten after every length, so
+#      a timeout keeps what was measured.
 #   2. At once, until the end: the GPU tests one file group after another (the Triton kernels' tests, FlexAttention's
 #      gradients, tests/test_cuda.py; tests.log), and every comparison named as an argument, each in its own
 #      benchmarks/cuda_grids.sh. An argument is NAME[=SOURCE][@JOBS]: NAME's experiment preset with JOBS runs at a
@@ -30,7 +31,9 @@ left() { echo $(( END - ($(date +%s) - t0) )); }
   nproc; } > "$DEST/machine.txt" 2>&1
 for family in perkey lowrank; do
   stamp "kernels.py $family"; file="$DEST/kernels.json"; [ $family = lowrank ] && file="$DEST/kernels_lowrank.json"
-  timeout 150 python3 benchmarks/kernels.py --repeats 10 --families $family --out "$file" > /dev/null 2> /tmp/$family.err
+  extra=""; [ $family = lowrank ] && extra="--lowrank-blocks ${LOWRANK_BLOCKS:-32x32 32x64 64x32}"
+  timeout 150 python3 benchmarks/kernels.py --repeats 10 --families $family $extra --out "$file" > /dev/null \
+    2> /tmp/$family.err
   echo "rc $?"; tail -3 /tmp/$family.err
 done
 stamp "tests and comparisons"

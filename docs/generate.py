@@ -375,12 +375,16 @@ def bench_kernels_table(bench: dict, key: str) -> str:
     rows = bench[key]
     lines = [f"| route, fwd+bwd, {bench['dtype']} | " + " | ".join(f"T = {r['T']}" for r in rows) + " |",
              "|---" * (len(rows) + 1) + "|"]
-    for route, label in KERNEL_ROUTES[key].items():
+    labels = dict(KERNEL_ROUTES[key])
+    for route in dict.fromkeys(name for r in rows for name in r["routes"]):  # kernel_MxN: --lowrank-blocks
+        labels.setdefault(route, f"the same, tiles of {route.removeprefix('kernel_').replace('x', ' x ')}"
+                          if route.startswith("kernel_") else route)
+    for route, label in labels.items():
         cells = [r["routes"].get(route) for r in rows]
         lines.append(f"| {label} | " + " | ".join(
             "" if x is None else "out of memory" if "OutOfMemory" in x.get("error", "") else x.get("error") or
             f"{x['ms']:.3g} ms, {x['ratio']:.2f}x, {x['peak_mib']:,.0f} MiB" for x in cells) + " |")
-    diff = max(r["kernel_max_abs_diff_vs_float_mask"] for r in rows)
+    diff = max(x for r in rows if isinstance(x := r["kernel_max_abs_diff_vs_float_mask"], (int, float)))
     rank = f", rank {rows[0]['rank']}" if "rank" in rows[0] else ""
     return "\n".join(lines) + (f"\n\n{bench['device']}, torch {bench['torch']}, Triton {bench['triton']}; batch "
                                f"{bench['batch']}, {bench['heads']} heads, head_dim {bench['head_dim']}{rank}, causal; "
