@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A lent GPU session in one call of the device tool (at most 10 minutes a call, and few minutes in all): what needs
+# A lent GPU used in one call of the device tool (at most 10 minutes a call, and few minutes in all): what needs
 # an idle GPU first, then what only needs a GPU, side by side, until $SESSION_END seconds from the start (default 530;
 # give the call about 60 s more for the runs to stop and the archive to be written).
 #   1. benchmarks/kernels.py alone on the GPU: the per-key prior kernel (kernels.json), then the low-rank prefix
