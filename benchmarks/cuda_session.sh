@@ -6,15 +6,18 @@
 #      prior and value-gate kernels (kernels_lowrank.json; the prior's kernel also with the tiles $LOWRANK_BLOCKS,
 #      default "32x32 32x64 64x32"), T = 1024, 4096, 8192, bfloat16; each file is rewritten after every length, so
 #      a timeout keeps what was measured.
+#   Then benchmarks/attention_layer.py, alone too: the layer of every variant on the dilution page in bfloat16 at
+#      T = 2048 against the raw-SDPA layer (attention_layer_dilution_bf16.json).
 #   2. At once, until the end: the GPU tests one file group after another (the Triton kernels' tests, FlexAttention's
 #      gradients, tests/test_cuda.py; tests.log), and every comparison named as an argument, each in its own
 #      benchmarks/cuda_grids.sh. An argument is NAME[=SOURCE][@JOBS]: NAME's experiment preset with JOBS runs at a
 #      time (default $GRID_JOBS or 6); with =SOURCE, the finished standard runs of results/SOURCE/ are copied into
 #      NAME's run directory first (for a part whose preset reuses an earlier part's standard runs).
-# What comes back (the device returns at most 8 files): machine.txt, kernels.json, kernels_lowrank.json, tests.log,
+# What comes back (the device returns at most 8 files): machine.txt, kernels.json, kernels_lowrank.json,
+# attention_layer_dilution_bf16.json, tests.log,
 # grids.log (each comparison's output) and grids.tgz (every run without its checkpoints: unpack it here, then
 # `attnlab report DIR --export results/NAME`).
-#     bash benchmarks/cuda_session.sh "$OUT" hijack-v2-6=hijack-v2-1@10 dilution-mqar-3=dilution-mqar-1@5
+#     bash benchmarks/cuda_session.sh "$OUT" hijack-v2-6=hijack-v2-1-h100@10 dilution-mqar-3=dilution-mqar-1@5
 cd "$(dirname "$0")/.."
 DEST="${1:-${OUT:-cuda-out}}"; [ $# -gt 0 ] && shift; mkdir -p "$DEST"
 END="${SESSION_END:-530}"; WORK="${GRID_WORK:-/tmp/grids}"
@@ -36,6 +39,11 @@ for family in perkey lowrank; do
     2> /tmp/$family.err
   echo "rc $?"; tail -3 /tmp/$family.err
 done
+stamp "attention_layer.py, the dilution page's variants"
+timeout 90 python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 --seq 2048 --repeats 10 --variants \
+  standard qk-norm count-prior ssmax softpick stick-breaking gated sink selective differential magnitude-prefix-logits \
+  magnitude-prefix-logits-lowrank > "$DEST/attention_layer_dilution_bf16.json" 2> /tmp/layer.err; echo "rc $?"
+tail -2 /tmp/layer.err
 stamp "tests and comparisons"
 ( for group in "tests/test_prior_kernel.py tests/test_lowrank_prior_kernel.py tests/test_lowrank_gate_kernel.py" \
                "tests/test_flex_backend.py -k cuda" "tests/test_cuda.py"; do
