@@ -57,11 +57,12 @@ for spec in "$@"; do
   [[ "$spec" == *@* ]] && { jobs="${spec##*@}"; spec="${spec%@*}"; }
   name="${spec%%=*}"
   if [[ "$spec" == *=* ]]; then mkdir -p "$WORK/$name"; cp -r "results/${spec#*=}/standard" "$WORK/$name/"; fi
-  GRID_TIMEOUT=$(left) GRID_JOBS="$jobs" GRID_WORK="$WORK" bash benchmarks/cuda_grids.sh "/tmp/grid-out-$i" "$name" \
-    > "/tmp/grid-$i.log" 2>&1 &
+  limit=$(left); [ "$limit" -ge 1 ] || limit=1
+  GRID_TIMEOUT=$limit GRID_JOBS="$jobs" GRID_WORK="$WORK" bash benchmarks/cuda_grids.sh "$WORK.out-$i" "$name" \
+    > "$WORK.log-$i" 2>&1 &
 done
 wait
-for f in /tmp/grid-*.log /tmp/grid-out-*/*.log; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done > "$DEST/grids.log"
+for f in "$WORK".log-* "$WORK".out-*/*.log; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done > "$DEST/grids.log"
 [ $i -gt 0 ] && tar czf "$DEST/grids.tgz" -C "$WORK" --exclude=checkpoint .
 grep -E "^== |passed|failed|rc " "$DEST/tests.log" | tail -12
 stamp done
