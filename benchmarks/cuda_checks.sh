@@ -16,13 +16,7 @@
 #     KERNELS_ONLY=1 bash benchmarks/cuda_checks.sh "$OUT"
 cd "$(dirname "$0")/.."
 DEST="${1:-${OUT:-cuda-out}}"; mkdir -p "$DEST"
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | tail -2
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"  # the package lives in src/ (no install on the device)
-export PYTHONUNBUFFERED=1 ATTNLAB_CACHE=/tmp/attnlab-cache MPLBACKEND=Agg
-t0=$(date +%s); stamp() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
+source benchmarks/cuda_env.sh  # wheels from .whl/, PYTHONPATH, stamp
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
   python3 -c "import torch,sys;print(sys.version, torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
   nproc; } > "$DEST/machine.txt" 2>&1

@@ -15,14 +15,8 @@ GRIDS=("$@"); [ ${#GRIDS[@]} -eq 0 ] && GRIDS=(hijack-v2-1 hijack-v2-2)
 LIMIT="${GRID_TIMEOUT:-240}"  # seconds per grid
 JOBS="${GRID_JOBS:-3}"; DEVICE="${GRID_DEVICE:-cuda}"  # GRID_DEVICE=cpu tries the script out without a GPU
 WORK="${GRID_WORK:-/tmp/grids}"
-if [ -z "$WHEELS_READY" ] && compgen -G ".whl/*.whl" > /dev/null; then  # WHEELS_READY: a caller installed them
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | tail -2
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"  # the package lives in src/ (no install on the device)
-export PYTHONUNBUFFERED=1 ATTNLAB_CACHE=/tmp/attnlab-cache MPLBACKEND=Agg
+source benchmarks/cuda_env.sh  # wheels from .whl/, PYTHONPATH, stamp
 attnlab() { python3 -c "import sys; from attnlab.cli import main; sys.exit(main())" "$@"; }
-t0=$(date +%s); stamp() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
 nvidia-smi --query-gpu=name,memory.total --format=csv > "$DEST/machine.txt" 2>&1
 bounded() {  # SIGINT at the limit: every run saves a checkpoint and the compare reports what finished
   timeout -s INT -k 30 "$LIMIT" bash -c "$(declare -f attnlab); attnlab $*"

@@ -21,13 +21,7 @@
 cd "$(dirname "$0")/.."
 DEST="${1:-${OUT:-cuda-out}}"; [ $# -gt 0 ] && shift; mkdir -p "$DEST"
 END="${SESSION_END:-530}"; WORK="${GRID_WORK:-/tmp/grids}"
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | tail -2
-  export PYTHONPATH=/tmp/site WHEELS_READY=1  # the comparisons below do not install them again, side by side
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"  # the package lives in src/ (no install on the device)
-export PYTHONUNBUFFERED=1 ATTNLAB_CACHE=/tmp/attnlab-cache MPLBACKEND=Agg
-t0=$(date +%s); stamp() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
+source benchmarks/cuda_env.sh  # wheels from .whl/, PYTHONPATH, stamp
 left() { echo $(( END - ($(date +%s) - t0) )); }
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
   python3 -c "import torch,sys,triton;print(sys.version, torch.__version__, torch.version.cuda, triton.__version__)"
