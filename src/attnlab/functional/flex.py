@@ -80,8 +80,9 @@ def flex_attention_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
     dv = v.shape[-1]
     # FlexAttention's CUDA kernels take head dimensions of 16 and up: zero columns change no q . k and only add
     # output columns, cut off below (the scale is given, so it stays 1/sqrt of the true d)
-    q, k = (torch.nn.functional.pad(x, (0, max(0, MIN_HEAD_DIM - x.shape[-1]))) for x in (q, k))
-    v = torch.nn.functional.pad(v, (0, max(0, MIN_HEAD_DIM - dv)))
+    if min(q.shape[-1], dv) < MIN_HEAD_DIM:  # (F.pad copies even a zero pad: only when needed)
+        q, k = (torch.nn.functional.pad(x, (0, max(0, MIN_HEAD_DIM - x.shape[-1]))) for x in (q, k))
+        v = torch.nn.functional.pad(v, (0, max(0, MIN_HEAD_DIM - dv)))
     mask = _causal_block_mask(t, s, keys, str(q.device)) if causal else None
     run = _compiled() if q.device.type == "cuda" else flex_attention
     out = run(q, k, v, score_mod=score if prior is not None or sink is not None else None, block_mask=mask,
