@@ -214,3 +214,24 @@ def test_heads_parts_are_one_grid_each_with_the_baseline():
         out_dir=hijack.base_config().out_dir)
     for exp in [*lm, hijack]:
         assert exp.variants[0] == "standard" and exp.seeds == [0, 1, 2]
+
+
+def test_the_dilution_parts_on_the_language_model_share_one_grid_and_cover_every_answer():
+    """The dilution-lm parts are one grid split by cost: the same base config (the cpu preset for 1000 steps), seeds
+    and primary metric, each starting with standard; together they train every variant of the dilution family
+    beside qk-norm, the count prior and the magnitude logit prior."""
+    from attnlab.experiments.leaderboard import family
+    from attnlab.registry import variants
+
+    parts = [load_experiment(n) for n in experiment_names() if n.startswith("dilution-lm-")]
+    assert len(parts) >= 2
+    for exp in parts:
+        assert exp.base_config() == parts[0].base_config(), exp.name
+        assert exp.base_config().train.max_steps == 1000 and exp.base_config().data == load_experiment(
+            "heads-1").base_config().data
+        assert exp.variants[0] == "standard" and len(exp.seeds) >= 5 and exp.seeds == parts[0].seeds
+        assert exp.primary == "val_loss"
+    trained = [v for exp in parts for v in exp.variants[1:]]
+    assert len(trained) == len(set(trained)), "a variant is trained in two parts"
+    assert {"qk-norm", "count-prior", "magnitude-prefix-logits"} <= set(trained)
+    assert {v for v in variants() if family(v) == "dilution"} <= set(trained)
