@@ -8,12 +8,16 @@ Configurations: every kernel of attnlab.functional.kernels (the per-key prior's 
 the low-rank prefix kernels with the prior, GATE = 0, and the clamp value gate, GATE = 1) in the input dtype
 --dtype, with the factors' products in the precision the wrappers pick for it (or each of --factors), at each
 --blocks BLOCK_MxBLOCK_N,
-head dimension --head-dim, rank --rank and --num-warps. What the wrappers launch on CUDA today: blocks of 64 x 64
+head dimension --head-dim, rank --rank and --num-warps; and the low-rank backward kernels alone with the (outer,
+inner) tiles of each --backward-blocks OUTERxINNER (the wrappers' backward_blocks: the dK/dV kernel owns OUTER keys
+and steps over INNER queries, the dq kernel the reverse). What the wrappers launch on CUDA today: blocks of 64 x 64
 and 4 warps.
 
     python benchmarks/kernel_resources.py                                  # one JSON object
     python benchmarks/kernel_resources.py --blocks 64x64 32x32 --num-warps 4 8 --factors auto ieee
         # results/benchmarks/cuda/kernel_resources_sm90.json
+    python benchmarks/kernel_resources.py --blocks --backward-blocks 64x16 64x32 128x16 --num-warps 4 8
+        # results/benchmarks/cuda/kernel_resources_backward_sm90.json
 Needs triton (the `kernels` extra); no GPU, and Triton's interpreter must be off (TRITON_INTERPRET unset).
 """
 
@@ -70,7 +74,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     parser.add_argument("--arch", type=int, default=90, help="the CUDA compute capability, as 90 for sm_90")
-    parser.add_argument("--blocks", nargs="+", default=["64x64"], help="BLOCK_MxBLOCK_N, each a power of two >= 16")
+    parser.add_argument("--blocks", nargs="*", default=["64x64"], help="BLOCK_MxBLOCK_N, each a power of two >= 16")
+    parser.add_argument("--backward-blocks", nargs="*", default=[],
+                        help="OUTERxINNER: the low-rank backward kernels alone with these (outer, inner) tiles")
     parser.add_argument("--num-warps", type=int, nargs="+", default=[4])
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--rank", type=int, default=16)
@@ -85,7 +91,10 @@ def main(argv=None) -> int:
     import triton
 
     from attnlab.functional.kernels import lowrank, perkey
-    from attnlab.functional.kernels.common import factor_precision, precision
+    from attnlab.functional.kernels.common import backward_tiles, factor_precision, precision
+
+    def fail(message):
+        sys.exit(f"benchmarks/kernel_resources.py: {message}")
 
     torch_dtype = getattr(torch, args.dtype)
     short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[args.dtype]
@@ -108,6 +117,23 @@ def main(argv=None) -> int:
             for name, fn, constexprs in kernels:
                 rows.append({"kernel": name, "block_m": block_m, "block_n": block_n, "num_warps": warps,
                              **resources(fn, short, constexprs, args.arch, warps)})
+    for blocks in args.backward_blocks:
+        outer, _, inner = blocks.partition("x")
+        if not (outer.isdigit() and inner.isdigit()):
+            fail(f"--backward-blocks {blocks}; allowed: OUTERxINNER, as 64x16")
+        outer, inner = int(outer), int(inner)
+        tiles = dict(zip(("_dkdv_kernel", "_dq_kernel"), backward_tiles(fail, (outer, inner), outer, outer)))
+        for warps in args.num_warps:
+            for factors in args.factors:
+                for gate in (0, 1):
+                    for name, (block_m, block_n) in tiles.items():
+                        constexprs = dict(GATE=gate, PRECISION=precision(torch_dtype),
+                                          FACTORS=factor_precision(torch_dtype) if factors == "auto" else factors,
+                                          BLOCK_R=block_r, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
+                        rows.append({"kernel": f"lowrank.{name}[GATE={gate}"
+                                     + ("" if factors == "auto" else f", {factors}") + "]",
+                                     "block_m": block_m, "block_n": block_n, "num_warps": warps,
+                                     **resources(getattr(lowrank, name), short, constexprs, args.arch, warps)})
     print(json.dumps({"arch": f"sm_{args.arch}", "dtype": args.dtype, "head_dim": args.head_dim, "rank": args.rank,
                       "triton": triton.__version__, "rows": rows}, indent=1))
     return 0

@@ -15,6 +15,8 @@ float32, the prior log max(M_ij, 1e-4) with M_ij = (1 - phi_j . c_i) / lam_j):
   kernel_ieee_factors  the same with the factors' products in IEEE float32 on CUDA cores (its choice for float32
                     inputs) instead of TF32x3 on tensor cores (its choice for 16-bit inputs)
   kernel_MxN        the same with tiles of M queries x N keys (--lowrank-blocks MxN ...; the wrappers use 64 x 64)
+  kernel_bwd_OxI    the same with the forward's 64 x 64 and the backward kernels' own (outer, inner) tiles
+                    (--lowrank-backward-blocks OxI ...: the wrappers' backward_blocks=(O, I))
   sdpa_float_mask   SDPA with the dense prior as a float [B, H, T, T] mask (M built whole in the call, then the
                     causal -inf), gradients through it to the factors
   prefix_blocks     attnlab.mechanisms.magnitude.prefix_blocks.lowrank_prefix_attention with prior_floor, blocks of
@@ -166,7 +168,7 @@ def dense_lowrank_mask(phi, lam, c, dtype):
     return m.clamp_min(LOWRANK_FLOOR).log().to(dtype).masked_fill(later, float("-inf"))
 
 
-def lowrank_routes(q, k, v, phi, lam, c, do, blocks=()):
+def lowrank_routes(q, k, v, phi, lam, c, do, blocks=(), backward_blocks=()):
     """{name: a function that runs one forward+backward} for the low-rank prior and the value gate; every input a
     leaf."""
     import torch
@@ -207,12 +209,17 @@ def lowrank_routes(q, k, v, phi, lam, c, do, blocks=()):
         return lambda: lowrank_prior_attention(q, k, v, phi, lam, c, prior_floor=LOWRANK_FLOOR, scale=scale,
                                                block_m=bm, block_n=bn).backward(do)
 
+    def backward_tiles(outer, inner):  # the backward kernels with their own (outer, inner) tiles
+        return lambda: lowrank_prior_attention(q, k, v, phi, lam, c, prior_floor=LOWRANK_FLOOR, scale=scale,
+                                               backward_blocks=(outer, inner)).backward(do)
+
     beta = torch.tensor(4.0, device=q.device, requires_grad=True)
     gamma = torch.tensor(-2.0, device=q.device, requires_grad=True)
     return {"sdpa_flash": sdpa_flash, "kernel": kernel, "kernel_ieee_factors": kernel_ieee_factors,
             "sdpa_float_mask": sdpa_float_mask,
             "prefix_blocks": prefix_blocks, "gate_kernel": gate_kernel, "gate_prefix_blocks": gate_prefix_blocks,
-            **{f"kernel_{bm}x{bn}": tiles(bm, bn) for bm, bn in blocks}}
+            **{f"kernel_{bm}x{bn}": tiles(bm, bn) for bm, bn in blocks},
+            **{f"kernel_bwd_{o}x{i}": backward_tiles(o, i) for o, i in backward_blocks}}
 
 
 def measure_lowrank(seq, args):
@@ -240,7 +247,8 @@ def measure_lowrank(seq, args):
             row["kernel_max_abs_diff_vs_float_mask"] = f"not checked: {str(exc).splitlines()[0][:120]}"
         torch.cuda.empty_cache()
     blocks = [tuple(int(x) for x in b.split("x")) for b in args.lowrank_blocks]
-    row["routes"] = time_routes(lowrank_routes(*leaves, do, blocks), leaves, args.repeats)
+    backward = [tuple(int(x) for x in b.split("x")) for b in args.lowrank_backward_blocks]
+    row["routes"] = time_routes(lowrank_routes(*leaves, do, blocks, backward), leaves, args.repeats)
     return row
 
 
@@ -257,6 +265,9 @@ def main(argv=None) -> int:
                         help="which kernels' rows to measure")
     parser.add_argument("--lowrank-blocks", nargs="*", default=[],
                         help="BLOCK_MxBLOCK_N: the low-rank prior's kernel also with these tiles (rows kernel_MxN)")
+    parser.add_argument("--lowrank-backward-blocks", nargs="*", default=[],
+                        help="OUTERxINNER: the low-rank prior's kernel also with these backward tiles "
+                             "(rows kernel_bwd_OxI)")
     parser.add_argument("--out", help="also write the JSON object to this file after each length (atomically)")
     args = parser.parse_args(argv)
     import torch

@@ -40,7 +40,8 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
   (attention_layer.py in bfloat16), ``chunks`` (magnitude.py's low-rank prefix rows at several blocks against the
   explicit path, magnitude_chunks.json), ``kernels`` and ``kernels_lowrank`` (benchmarks/kernels.py's per-key and
   low-rank rows, kernels.json and kernels_lowrank.json), ``resources`` (benchmarks/kernel_resources.py: the Triton
-  kernels' registers, spills and shared memory compiled for sm_90 without a GPU, kernel_resources_sm90.json).
+  kernels' registers, spills and shared memory compiled for sm_90 without a GPU, kernel_resources_sm90.json;
+  ``resources_backward``: the low-rank backward kernels with their own tiles, kernel_resources_backward_sm90.json).
 
 Blocks with other names (the hand-written ``MAGNITUDE-TEXT`` and the like) are left alone. tests/test_docs.py
 imports this file and checks that every committed block equals what it generates, so the text cannot drift from
@@ -402,17 +403,25 @@ def bench_cuda_block(part: str) -> str:
     folder = ROOT / "results" / "benchmarks" / "cuda"
     if part == "long":
         return bench_long_block(folder / "magnitude_long.json")
-    if part == "resources":
-        bench = json.loads((folder / "kernel_resources_sm90.json").read_text())
-        configs = list(dict.fromkeys((r["block_m"], r["block_n"], r["num_warps"]) for r in bench["rows"]))
-        cell = {(r["kernel"], (r["block_m"], r["block_n"], r["num_warps"])): r for r in bench["rows"]}
-        lines = ["| kernel | " + " | ".join(f"{m} x {n}, {w} warps" for m, n, w in configs) + " |",
-                 "|---" * (len(configs) + 1) + "|"]
+    if part in ("resources", "resources_backward"):
+        backward = part == "resources_backward"
+        bench = json.loads((folder / f"kernel_{part}_sm90.json").read_text())
+
+        def config(r):  # forward-style tiles (block_m x block_n), or a backward kernel's (outer, inner)
+            if not backward:
+                return f"{r['block_m']} x {r['block_n']}, {r['num_warps']} warps"
+            outer, inner = (r["block_n"], r["block_m"]) if "_dkdv_" in r["kernel"] else (r["block_m"], r["block_n"])
+            return f"({outer}, {inner}), {r['num_warps']} warps"
+
+        configs = list(dict.fromkeys(config(r) for r in bench["rows"]))
+        cell = {(r["kernel"], config(r)): r for r in bench["rows"]}
+        lines = ["| kernel | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
         for kernel in dict.fromkeys(r["kernel"] for r in bench["rows"]):
             lines.append(f"| `{kernel}` | " + " | ".join(
                 f"{cell[kernel, c]['regs']} / {cell[kernel, c]['stack_bytes']}" for c in configs) + " |")
-        return "\n".join(lines) + (f"\n\nEach cell: registers per thread / stack bytes per thread (spilled registers). "
-                                   f"Compiled for {bench['arch']} by Triton {bench['triton']} on the CPU, "
+        return "\n".join(lines) + (f"\n\nEach cell: registers per thread / stack bytes per thread (spilled registers)"
+                                   + (" with backward_blocks = (outer, inner)" if backward else "")
+                                   + f". Compiled for {bench['arch']} by Triton {bench['triton']} on the CPU, "
                                    f"{bench['dtype']} inputs, head_dim {bench['head_dim']}, rank {bench['rank']}.\n")
     if part in ("kernels", "kernels_lowrank"):
         return bench_kernels_table(json.loads((folder / f"{part}.json").read_text()),

@@ -463,6 +463,29 @@ def test_the_kernel_resource_prose_is_the_saved_report():
     ieee = [at[f"lowrank.{k}[GATE=0, ieee]", 32, 8] for k in ("_dkdv_kernel", "_dq_kernel")]
     assert all(r["stack_bytes"] == 0 for r in ieee)
     assert f"does ({ieee[0]['regs']} and {ieee[1]['regs']} registers)" in speed
+    assert all(at[f"perkey.{k}", 64, 4]["stack_bytes"] == 0 for k in ("_dkdv_kernel", "_dq_kernel"))  # "do not"
+
+
+def test_the_backward_tile_prose_is_the_saved_report():
+    """docs/speed.md's sentences on the low-rank backward kernels with their own (outer, inner) tiles, from
+    kernel_resources_backward_sm90.json (the dK/dV kernel's BLOCK_N and the dq kernel's BLOCK_M are the outer)."""
+    import json
+
+    rows = json.loads((ROOT / "results" / "benchmarks" / "cuda" / "kernel_resources_backward_sm90.json").read_text())
+    at = {}
+    for r in rows["rows"]:
+        outer, inner = (r["block_n"], r["block_m"]) if "_dkdv_" in r["kernel"] else (r["block_m"], r["block_n"])
+        at[r["kernel"], outer, inner, r["num_warps"]] = r
+    speed = " ".join((DOCS / "speed.md").read_text().split())
+    prior = [at[f"lowrank.{k}[GATE=0]", 64, 16, 4] for k in ("_dkdv_kernel", "_dq_kernel")]
+    assert all(r["stack_bytes"] == 0 for r in prior)
+    assert f"neither backward kernel of the prior spills with TF32x3 factors ({prior[0]['regs']} and " \
+           f"{prior[1]['regs']} registers)" in speed
+    gate = at["lowrank._dkdv_kernel[GATE=1]", 64, 16, 4]["stack_bytes"]
+    assert gate > 0 and f"the value gate's dK/dV kernel still spills {gate} bytes" in speed
+    assert f"({at['lowrank._dkdv_kernel[GATE=0]', 64, 32, 4]['stack_bytes']} bytes for the prior's dK/dV kernel)" in speed
+    assert f"with the 4 warps the backward launches ({at['lowrank._dkdv_kernel[GATE=0]', 128, 16, 4]['stack_bytes']} " \
+           f"bytes)" in speed
 
 
 def test_the_heads_page_gpu_costs_are_the_saved_layer_benchmark():

@@ -35,6 +35,23 @@ def test_every_kernel_compiles_for_sm90_with_a_resource_report():
         assert 1 <= row["regs"] <= 255 and row["stack_bytes"] >= 0 and row["shared_bytes"] > 0, row
 
 
+@pytest.mark.slow
+def test_backward_tiles_report_the_two_backward_kernels_with_their_own_tiles():
+    """--backward-blocks 64x16: the dK/dV kernel with 16 queries per step over its 64 keys (BLOCK_M 16, BLOCK_N 64)
+    and the dq kernel the reverse, for both gates, and nothing else when --blocks is empty."""
+    done = _run("--blocks", "--backward-blocks", "64x16", "--num-warps", "4")
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {(r["kernel"], r["block_m"], r["block_n"]) for r in json.loads(done.stdout)["rows"]}
+    assert rows == {(f"lowrank.{k}[GATE={g}]", *tiles) for g in (0, 1)
+                    for k, tiles in (("_dkdv_kernel", (16, 64)), ("_dq_kernel", (64, 16)))}
+
+
+def test_bad_backward_tiles_are_one_line_errors():
+    for bad in ("64x8", "64xfoo"):
+        done = _run("--blocks", "--backward-blocks", bad)
+        assert done.returncode != 0 and done.stderr.strip().count("\n") == 0 and "allowed" in done.stderr, done.stderr
+
+
 def test_under_the_interpreter_it_refuses_in_one_line():
     done = _run("--blocks", "32x32", interpret="1")
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0 and "TRITON_INTERPRET" in done.stderr

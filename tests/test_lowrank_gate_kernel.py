@@ -66,9 +66,9 @@ def error(x, ref):
     return ((x.detach().double().cpu() - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()
 
 
-def kernel_run(inputs, do, gate):
+def kernel_run(inputs, do, gate, blocks=BLOCKS):
     leaves = [x.clone().requires_grad_() for x in inputs]
-    out = lowrank_gate_attention(*leaves, gate=gate, scale=SCALE, **BLOCKS)
+    out = lowrank_gate_attention(*leaves, gate=gate, scale=SCALE, **blocks)
     out.backward(do)
     assert out.dtype == inputs[0].dtype and out.shape == inputs[0].shape
     for x, leaf in zip(inputs, leaves):
@@ -94,8 +94,8 @@ def block_path_run(inputs, do, gate):
     return out, [leaf.grad for leaf in leaves]
 
 
-def check(inputs, do, gate, dtype=torch.float32):
-    mine = kernel_run(inputs, do, gate)
+def check(inputs, do, gate, dtype=torch.float32, blocks=BLOCKS):
+    mine = kernel_run(inputs, do, gate, blocks)
     out_tol, grad_tol = TOLERANCE[dtype]
     paths = [("the float64 reference", reference_run)]
     paths += [("lowrank_prefix_attention", block_path_run)] if dtype == torch.float32 else []
@@ -133,6 +133,13 @@ def test_values_and_gradients(t, gate, dtype):
 def test_gqa(factors, dtype):
     """H = 4 query heads on Hkv = 2 K/V heads, T = 33, the clamp gate (the layer's default)."""
     check(*make(2, 4, 2, 33, 16, 3, factors, dtype=dtype), "clamp", dtype)
+
+
+@pytest.mark.parametrize("gate", list(GATE_PARAMS))
+def test_backward_tiles_apart_from_the_forward(gate):
+    """The backward kernels with (outer, inner) tiles of (32, 16) beside a forward of 16 x 16, T = 40, GQA: the gate's
+    gradients (beta and gamma summed per query row in the dq kernel) do not depend on the tiling."""
+    check(*make(1, 4, 2, 40, 16, 5, gate=gate, seed=3), gate, blocks=dict(**BLOCKS, backward_blocks=(32, 16)))
 
 
 def test_numbers_for_beta_and_gamma():

@@ -168,6 +168,16 @@ def test_large_ranks_odd_head_dim_and_unequal_blocks(r, d, blocks):
     check(inputs, do, blocks=dict(block_m=blocks[0], block_n=blocks[1]))
 
 
+@pytest.mark.parametrize("backward_blocks", [(32, 16), (16, 32), (64, 16)])
+def test_backward_tiles_apart_from_the_forward(backward_blocks):
+    """The backward kernels with their own (outer, inner) tiles: the dK/dV kernel owns `outer` keys and steps over
+    `inner` queries, the dq kernel the reverse, beside a forward of 16 x 16 (T = 40 crosses several tiles of each
+    and ends inside one; GQA with factors per K/V head). The forward is the same launch, so only the gradients can
+    move."""
+    inputs, do = make(1, 4, 2, 40, 16, 5, seed=3)
+    check(inputs, do, blocks=dict(**BLOCKS, backward_blocks=backward_blocks))
+
+
 @pytest.mark.skipif(not CUDA, reason="the default blocks of 64 at a longer T: compiled kernels only (slow "
                     "under the interpreter)")
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -252,6 +262,8 @@ def test_available_here():
     (lambda x: x.update(prior_floor=float("nan")), r"prior_floor=nan; allowed"),
     (lambda x: x.update(scale=float("inf")), r"scale inf; allowed: a finite number or None"),
     (lambda x: x.update(block_m=24), r"block_m=24; allowed: a power of two, at least 16"),
+    (lambda x: x.update(backward_blocks=(64, 8)), r"backward_blocks=\(64, 8\); allowed: None or \(outer, inner\)"),
+    (lambda x: x.update(backward_blocks=64), r"backward_blocks=64; allowed: None or \(outer, inner\), two powers"),
 ])
 def test_bad_inputs_are_one_line_errors(case, match):
     inputs, _ = make(2, 2, 2, 7, 16, 3)

@@ -71,6 +71,22 @@ def block_sizes(fail: Callable[[str], None], device, block_m, block_n, *dims) ->
     return (block_m, block_n, *(max(16, triton.next_power_of_2(x)) for x in dims))
 
 
+def backward_tiles(fail: Callable[[str], None], backward_blocks, block_m: int,
+                   block_n: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((BLOCK_M, BLOCK_N) of the dK/dV kernel, (BLOCK_M, BLOCK_N) of the dq kernel). Each backward kernel owns the
+    rows of one tile (keys for dK/dV, queries for dq) and loops over the other axis; backward_blocks = (outer,
+    inner) gives the owned rows and the rows per loop step (the layout of the FlashAttention-2 backward in Triton's
+    tutorial: a short inner step keeps the [outer, inner] score tiles and their gradients in registers). None: the
+    forward's block_m x block_n for both."""
+    if backward_blocks is None:
+        return (block_m, block_n), (block_m, block_n)
+    if (not isinstance(backward_blocks, (tuple, list)) or len(backward_blocks) != 2
+            or not all(isinstance(x, int) and x >= 16 and not x & (x - 1) for x in backward_blocks)):
+        fail(f"backward_blocks={backward_blocks!r}; allowed: None or (outer, inner), two powers of two, at least 16")
+    outer, inner = backward_blocks
+    return (inner, outer), (outer, inner)
+
+
 def precision(dtype: torch.dtype) -> str:
     """tl.dot's input precision: IEEE for float32 (no TF32 rounding), TF32 (the native path) for 16-bit inputs."""
     return "ieee" if dtype == torch.float32 else "tf32"

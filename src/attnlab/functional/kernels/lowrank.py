@@ -42,8 +42,8 @@ import triton.language as tl
 
 from . import available
 from ...switches import MAGNITUDE_GATES as GATES  # the value gates of attnlab.mechanisms.magnitude.reference.gate
-from .common import (LOG2E, block_sizes, check_qkv, factor_precision, online_softmax_gated_step, online_softmax_step,
-                     precision)
+from .common import (LOG2E, backward_tiles, block_sizes, check_qkv, factor_precision, online_softmax_gated_step,
+                     online_softmax_step, precision)
 
 __all__ = ["GATES", "LowrankPrefixAttention", "MAX_RANK", "lowrank_gate_attention", "lowrank_prior_attention"]
 
@@ -310,7 +310,7 @@ def _shape(x):
     return tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
 
 
-def _check(q, k, v, phi, lam, c, scale, prior_floor, block_m, block_n, fail=_fail):
+def _check(q, k, v, phi, lam, c, scale, prior_floor, block_m, block_n, backward_blocks, fail=_fail):
     """One-line ValueErrors (through ``fail``) for shapes, dtypes, devices, floors and blocks the kernels do not
     take."""
     check_qkv(fail, q, k, v, scale)
@@ -338,7 +338,7 @@ def _check(q, k, v, phi, lam, c, scale, prior_floor, block_m, block_n, fail=_fai
         fail(f"lam has shape {tuple(lam.shape)}; allowed: phi's shape without its rank, {tuple(phi.shape[:3])}")
     if not (isinstance(prior_floor, (int, float)) and math.isfinite(prior_floor) and prior_floor > 0):
         fail(f"prior_floor={prior_floor!r}; allowed: a finite number > 0 (the prior is log max(M, prior_floor))")
-    block_sizes(fail, q.device, block_m, block_n)
+    backward_tiles(fail, backward_blocks, *block_sizes(fail, q.device, block_m, block_n))
 
 
 def _factor_layout(phi, lam, c, h, hkv):
@@ -365,7 +365,7 @@ class LowrankPrefixAttention(torch.autograd.Function):
     beta, gamma: 0-d tensors (unused by the prior)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, phi, lam, c, beta, gamma, scale, floor, gate, block_m, block_n):
+    def forward(ctx, q, k, v, phi, lam, c, beta, gamma, scale, floor, gate, block_m, block_n, backward_blocks):
         b, h, t, d = q.shape
         hkv = k.shape[1]
         r = phi.shape[-1]
@@ -386,13 +386,15 @@ class LowrankPrefixAttention(torch.autograd.Function):
                               GATE=gate, PRECISION=prec[0], FACTORS=prec[1], BLOCK_M=block_m, BLOCK_N=block_n,
                               BLOCK_D=block_d, BLOCK_R=block_r, num_warps=4)
         ctx.save_for_backward(q, k, v, phi, lam, c, bg, o, lse2)
-        ctx.meta = (scale, floor, gate, block_m, block_n, block_d, block_r, f_strides, f_div, prec, shapes)
+        tiles = backward_tiles(_fail, backward_blocks, block_m, block_n)  # (dK/dV, dq) kernels' (BLOCK_M, BLOCK_N)
+        ctx.meta = (scale, floor, gate, tiles, block_d, block_r, f_strides, f_div, prec, shapes)
         return o
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, phi, lam, c, bg, o, lse2 = ctx.saved_tensors
-        scale, floor, gate, block_m, block_n, block_d, block_r, f_strides, f_div, prec, shapes = ctx.meta
+        scale, floor, gate, tiles, block_d, block_r, f_strides, f_div, prec, shapes = ctx.meta
+        (dkdv_m, dkdv_n), (dq_m, dq_n) = tiles
         b, h, t, d = q.shape
         hkv = k.shape[1]
         r = phi.shape[-1]
@@ -406,34 +408,36 @@ class LowrankPrefixAttention(torch.autograd.Function):
         dbeta, dgamma = (torch.zeros((b, h, t), device=q.device, dtype=torch.float32) for _ in range(2))
         common = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                   v.stride(0), v.stride(1), v.stride(2), *f_strides, do.stride(0), do.stride(1), do.stride(2))
-        constants = dict(GATE=gate, PRECISION=prec[0], FACTORS=prec[1], BLOCK_M=block_m, BLOCK_N=block_n,
-                         BLOCK_D=block_d, BLOCK_R=block_r, num_warps=4)
-        _dkdv_kernel[(triton.cdiv(t, block_n), b * hkv)](q, k, v, c, phi, lam, bg, do, lse2, delta, dk, dv, dphi,
-                                                        dlam, *common, t, hkv, d, r, group, f_div, scale,
-                                                        scale * LOG2E, floor, **constants)
-        _dq_kernel[(triton.cdiv(t, block_m), b * h)](q, k, v, c, phi, lam, bg, do, lse2, delta, dq, dc, dbeta, dgamma,
-                                                    *common, t, h, d, r, group, f_div, scale, scale * LOG2E, floor,
-                                                    **constants)
+        constants = dict(GATE=gate, PRECISION=prec[0], FACTORS=prec[1], BLOCK_D=block_d, BLOCK_R=block_r,
+                         num_warps=4)
+        _dkdv_kernel[(triton.cdiv(t, dkdv_n), b * hkv)](q, k, v, c, phi, lam, bg, do, lse2, delta, dk, dv, dphi,
+                                                       dlam, *common, t, hkv, d, r, group, f_div, scale,
+                                                       scale * LOG2E, floor, BLOCK_M=dkdv_m, BLOCK_N=dkdv_n,
+                                                       **constants)
+        _dq_kernel[(triton.cdiv(t, dq_m), b * h)](q, k, v, c, phi, lam, bg, do, lse2, delta, dq, dc, dbeta, dgamma,
+                                                 *common, t, h, d, r, group, f_div, scale, scale * LOG2E, floor,
+                                                 BLOCK_M=dq_m, BLOCK_N=dq_n, **constants)
         grads = [_per_head_to(g, shape, dtype, hkv, group, f_div) if need else None
                  for g, (shape, dtype), need in zip((dphi, dlam, dc), shapes, ctx.needs_input_grad[3:6])]
         gate_grads = [g.sum().reshape(shape).to(dtype) if need and gate else None
                       for g, (shape, dtype), need in zip((dbeta, dgamma), shapes[3:], ctx.needs_input_grad[6:8])]
-        return dq, dk, dv, *grads, *gate_grads, None, None, None, None, None
+        return dq, dk, dv, *grads, *gate_grads, None, None, None, None, None, None
 
 
-def _run(fail, q, k, v, phi, lam, c, beta, gamma, scale, floor, gate, block_m, block_n):
+def _run(fail, q, k, v, phi, lam, c, beta, gamma, scale, floor, gate, block_m, block_n, backward_blocks):
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     if q.device.type != "cuda" and not available():
         fail(f"inputs on {q.device} need a CUDA device or Triton's interpreter (TRITON_INTERPRET=1)")
     beta, gamma = (x if isinstance(x, torch.Tensor) else torch.tensor(float(x), device=q.device) for x in (beta, gamma))
     return LowrankPrefixAttention.apply(q, k, v, phi, lam, c, beta, gamma, float(scale), float(floor), gate, block_m,
-                                        block_n)
+                                        block_n, None if backward_blocks is None else tuple(backward_blocks))
 
 
 def lowrank_prior_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, phi: torch.Tensor,
                             lam: torch.Tensor, c: torch.Tensor, *, prior_floor: float, scale: float | None = None,
-                            block_m: int | None = None, block_n: int | None = None) -> torch.Tensor:
+                            block_m: int | None = None, block_n: int | None = None,
+                            backward_blocks: tuple[int, int] | None = None) -> torch.Tensor:
     """Causal attention with the low-rank prefix prior: o_i = sum_{j <= i} softmax_j(q_i . k_j * scale +
     log max(M_ij, prior_floor)) v_j with M_ij = (1 - phi_j . c_i) / lam_j.
 
@@ -443,19 +447,22 @@ def lowrank_prior_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p
     same, T] > 0 (one set of factors per K/V head when they have Hkv heads), r from 1 to 64; prior_floor > 0;
     scale defaults to 1 / sqrt(D). q, k, v in float16, bfloat16 or float32; the factors are read in float32 and
     their gradients returned in their own dtypes. block_m / block_n: query / key rows per tile (powers of two, at
-    least 16; 64 on CUDA and 16 elsewhere by default). Runs on CUDA, or on the CPU under Triton's interpreter
+    least 16; 64 on CUDA and 16 elsewhere by default). backward_blocks: (outer, inner) tiles of the backward kernels
+    (the dK/dV kernel owns `outer` keys and steps over `inner` queries, the dq kernel the reverse;
+    :func:`.common.backward_tiles`), or None for block_m x block_n. Runs on CUDA, or on the CPU under Triton's interpreter
     (TRITON_INTERPRET=1); :func:`attnlab.functional.kernels.available` says which. Differentiable in q, k, v, phi,
     lam and c.
     """
-    _check(q, k, v, phi, lam, c, scale, prior_floor, block_m, block_n)
+    _check(q, k, v, phi, lam, c, scale, prior_floor, block_m, block_n, backward_blocks)
     zero = torch.zeros((), device=q.device)
-    return _run(_fail, q, k, v, phi, lam, c, zero, zero, scale, prior_floor, 0, block_m, block_n)
+    return _run(_fail, q, k, v, phi, lam, c, zero, zero, scale, prior_floor, 0, block_m, block_n, backward_blocks)
 
 
 def lowrank_gate_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, phi: torch.Tensor, lam: torch.Tensor,
                            c: torch.Tensor, beta: float | torch.Tensor = 1.0, gamma: float | torch.Tensor = 0.0, *,
                            gate: str = "clamp", scale: float | None = None, block_m: int | None = None,
-                           block_n: int | None = None) -> torch.Tensor:
+                           block_n: int | None = None,
+                           backward_blocks: tuple[int, int] | None = None) -> torch.Tensor:
     """Causal attention with the low-rank prefix value gate: o_i = sum_{j <= i} softmax_j(q_i . k_j * scale)
     g(M_ij) v_j with M_ij = (1 - phi_j . c_i) / lam_j and g one of :data:`GATES`:
 
@@ -472,7 +479,7 @@ def lowrank_gate_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ph
     Differentiable in q, k, v, phi, lam, c, beta and gamma.
     """
     fail = _failing("lowrank_gate_attention")
-    _check(q, k, v, phi, lam, c, scale, 1.0, block_m, block_n, fail)
+    _check(q, k, v, phi, lam, c, scale, 1.0, block_m, block_n, backward_blocks, fail)
     if gate not in GATES:
         fail(f"gate={gate!r}; allowed: {', '.join(map(repr, GATES))}")
     for name, x in (("beta", beta), ("gamma", gamma)):
@@ -482,4 +489,5 @@ def lowrank_gate_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ph
                   f"one-element float tensor")
         if not isinstance(value, torch.Tensor) and not (isinstance(value, (int, float)) and math.isfinite(value)):
             fail(f"{name}={value!r}; allowed: a finite number")  # (a tensor is not read here: no device sync)
-    return _run(fail, q, k, v, phi, lam, c, beta, gamma, scale, 1.0, _GATE_CODE[gate], block_m, block_n)
+    return _run(fail, q, k, v, phi, lam, c, beta, gamma, scale, 1.0, _GATE_CODE[gate], block_m, block_n,
+                backward_blocks)

@@ -111,23 +111,19 @@ def _dkdv_kernel(Q, K, V, P, DO, LSE2, DELTA, DK, DV, DP,
         for start_m in range(lo, T, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
             row_ok = offs_m < T
-            q_t = tl.load(Q + b * sqb + h * sqh + offs_m[None, :] * sqt + offs_d[:, None],
-                          mask=row_ok[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_M]
-            do_t = tl.load(DO + b * sdb + h * sdh + offs_m[None, :] * sdt + offs_d[:, None],
-                           mask=row_ok[None, :] & d_ok[:, None], other=0.0)
+            q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :],
+                        mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_M, BLOCK_D], loaded once
             do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdt + offs_d[None, :],
                          mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-            q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :],
-                        mask=row_ok[:, None] & d_ok[None, :], other=0.0)
             lse2 = tl.load(LSE2 + bh * T + offs_m, mask=row_ok, other=0.0)
             delta = tl.load(DELTA + bh * T + offs_m, mask=row_ok, other=0.0)
-            s2_t = tl.dot(k, q_t, input_precision=PRECISION) * qk_scale2  # transposed tile: [key j, query i]
+            s2_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale2  # transposed tile: [key j, query i]
             if HAS_PRIOR:
                 s2_t += p[:, None] * 1.4426950408889634
             keep = (offs_n[:, None] <= offs_m[None, :]) & col_ok[:, None] & row_ok[None, :]
             a_t = tl.where(keep, tl.exp2(s2_t - lse2[None, :]), 0.0)  # a_ij = exp(s_ij - lse_i)
             dv += tl.dot(a_t.to(do.dtype), do, input_precision=PRECISION)  # dv_j = sum_i a_ij do_i
-            da_t = tl.dot(v, do_t, input_precision=PRECISION)  # da_ij = do_i . v_j
+            da_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # da_ij = do_i . v_j
             ds_t = a_t * (da_t - delta[None, :])  # dS_ij = a_ij (da_ij - delta_i), delta_i = do_i . o_i
             dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)  # dk_j = scale sum_i dS_ij q_i
             dp += tl.sum(ds_t, 1)  # dp_j = sum_i dS_ij
@@ -167,17 +163,14 @@ def _dq_kernel(Q, K, V, P, DO, LSE2, DELTA, DQ,
         offs_n = start_n + tl.arange(0, BLOCK_N)
         col_ok = offs_n < T
         k = tl.load(k_base + offs_n[:, None] * skt + offs_d[None, :], mask=col_ok[:, None] & d_ok[None, :], other=0.0)
-        k_t = tl.load(k_base + offs_n[None, :] * skt + offs_d[:, None], mask=col_ok[None, :] & d_ok[:, None],
-                      other=0.0)
-        v_t = tl.load(v_base + offs_n[None, :] * svt + offs_d[:, None], mask=col_ok[None, :] & d_ok[:, None],
-                      other=0.0)
-        s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2
+        v = tl.load(v_base + offs_n[:, None] * svt + offs_d[None, :], mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+        s2 = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale2
         if HAS_PRIOR:
             p = tl.load(p_base + offs_n * spt, mask=col_ok, other=0.0).to(tl.float32)
             s2 += p[None, :] * 1.4426950408889634
         keep = (offs_n[None, :] <= offs_m[:, None]) & col_ok[None, :] & row_ok[:, None]
         a = tl.where(keep, tl.exp2(s2 - lse2[:, None]), 0.0)  # a_ij = exp(s_ij - lse_i)
-        da = tl.dot(do, v_t, input_precision=PRECISION)  # da_ij = do_i . v_j
+        da = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # da_ij = do_i . v_j
         ds = a * (da - delta[:, None])  # dS_ij = a_ij (da_ij - delta_i)
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)  # dq_i = scale sum_j dS_ij k_j
     tl.store(DQ + pid_bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
