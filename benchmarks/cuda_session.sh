@@ -8,14 +8,16 @@
 #      128x16"), T = 1024, 4096, 8192, bfloat16; each file is rewritten after every length, so
 #      a timeout keeps what was measured.
 #   Then benchmarks/attention_layer.py, alone too: the layer of every variant on the dilution page in bfloat16 at
-#      T = 2048 against the raw-SDPA layer (attention_layer_dilution_bf16.json).
+#      T = 2048 against the raw-SDPA layer (attention_layer_dilution_bf16.json); then the whole low-rank magnitude
+#      layers (the solve plus the attention) at T = 4096, B = 4, H = 12 in bfloat16 against the same reference
+#      (attention_layer_magnitude_4096_bf16.json).
 #   2. At once, until the end: the GPU tests one file group after another (the Triton kernels' tests, FlexAttention's
 #      gradients, tests/test_cuda.py; tests.log), and every comparison named as an argument, each in its own
 #      benchmarks/cuda_grids.sh. An argument is NAME[=SOURCE][@JOBS]: NAME's experiment preset with JOBS runs at a
 #      time (default $GRID_JOBS or 6); with =SOURCE, the finished standard runs of results/SOURCE/ are copied into
 #      NAME's run directory first (for a part whose preset reuses an earlier part's standard runs).
 # What comes back (the device returns at most 8 files): machine.txt, kernels.json, kernels_lowrank.json,
-# attention_layer_dilution_bf16.json, tests.log,
+# attention_layer_dilution_bf16.json, attention_layer_magnitude_4096_bf16.json, tests.log,
 # grids.log (each comparison's output) and grids.tgz (every run without its checkpoints: unpack it here, then
 # `attnlab report DIR --export results/NAME`).
 #     bash benchmarks/cuda_session.sh "$OUT" hijack-v2-6=hijack-v2-1-h100@10 dilution-mqar-3=dilution-mqar-1@5
@@ -40,6 +42,11 @@ timeout 90 python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 
   standard qk-norm count-prior ssmax softpick stick-breaking gated sink selective differential magnitude-prefix-logits \
   magnitude-prefix-logits-lowrank > "$DEST/attention_layer_dilution_bf16.json" 2> /tmp/layer.err; echo "rc $?"
 tail -2 /tmp/layer.err
+stamp "attention_layer.py, the low-rank magnitude layers at T = 4096"
+timeout 60 python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 --seq 4096 --batch 4 --heads 12 \
+  --repeats 10 --variants standard magnitude-causal-lowrank magnitude-prefix-logits-lowrank \
+  > "$DEST/attention_layer_magnitude_4096_bf16.json" 2> /tmp/layer4096.err; echo "rc $?"
+tail -2 /tmp/layer4096.err
 stamp "tests and comparisons"
 ( for group in "tests/test_prior_kernel.py tests/test_lowrank_prior_kernel.py tests/test_lowrank_gate_kernel.py" \
                "tests/test_flex_backend.py -k cuda" "tests/test_cuda.py"; do

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_the_script_copies_the_reused_runs_and_returns_few_plain_files(tmp_path):
     out, work = tmp_path / "out", tmp_path / "grids"
-    env = {**os.environ, "SESSION_END": "15", "GRID_DEVICE": "cpu", "GRID_WORK": str(work)}
+    env = {**os.environ, "SESSION_END": "45", "GRID_DEVICE": "cpu", "GRID_WORK": str(work)}
     env.pop("TRITON_INTERPRET", None)
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "cuda_session.sh"), str(out),
                            "dilution-mqar-3=dilution-mqar-1@1"], capture_output=True, text=True, env=env, timeout=300)
