@@ -219,7 +219,7 @@ def test_heads_parts_are_one_grid_each_with_the_baseline():
 def test_the_dilution_parts_on_the_language_model_share_one_grid_and_cover_every_answer():
     """The dilution-lm parts are one grid split by cost: the same base config (the cpu preset for 1000 steps), seeds
     and primary metric, each starting with standard; together they train every variant of the dilution family
-    beside qk-norm, the count prior and the magnitude logit prior."""
+    beside qk-norm, the count prior and the magnitude logit prior in its exact and low-rank forms."""
     from attnlab.experiments.leaderboard import family
     from attnlab.registry import variants
 
@@ -233,5 +233,5 @@ def test_the_dilution_parts_on_the_language_model_share_one_grid_and_cover_every
         assert exp.primary == "val_loss"
     trained = [v for exp in parts for v in exp.variants[1:]]
     assert len(trained) == len(set(trained)), "a variant is trained in two parts"
-    assert {"qk-norm", "count-prior", "magnitude-prefix-logits"} <= set(trained)
+    assert {"qk-norm", "count-prior", "magnitude-prefix-logits", "magnitude-prefix-logits-lowrank"} <= set(trained)
     assert {v for v in variants() if family(v) == "dilution"} <= set(trained)
