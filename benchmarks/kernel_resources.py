@@ -100,40 +100,38 @@ def main(argv=None) -> int:
     short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[args.dtype]
     block_d, block_r = max(16, triton.next_power_of_2(args.head_dim)), max(16, triton.next_power_of_2(args.rank))
     rows = []
+
+    def lowrank_kernel(name, gate, factors, block_m, block_n):
+        """(row name, kernel, constexprs) of one low-rank kernel at one tile."""
+        return (f"lowrank.{name}[GATE={gate}" + ("" if factors == "auto" else f", {factors}") + "]",
+                getattr(lowrank, name),
+                dict(GATE=gate, PRECISION=precision(torch_dtype),
+                     FACTORS=factor_precision(torch_dtype) if factors == "auto" else factors,
+                     BLOCK_R=block_r, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d))
+
+    def add(kernels, warps):
+        for name, fn, constexprs in kernels:
+            rows.append({"kernel": name, "block_m": constexprs["BLOCK_M"], "block_n": constexprs["BLOCK_N"],
+                         "num_warps": warps, **resources(fn, short, constexprs, args.arch, warps)})
+
     for blocks in args.blocks:
         block_m, block_n = (int(x) for x in blocks.split("x"))
         for warps in args.num_warps:
-            tiles = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
-            kernels = [(f"perkey.{name}", getattr(perkey, name),
-                        dict(HAS_PRIOR=True, PRECISION=precision(torch_dtype), **tiles))
-                       for name in ("_forward_kernel", "_dkdv_kernel", "_dq_kernel")]
-            kernels += [(f"lowrank.{name}[GATE={gate}" + ("" if factors == "auto" else f", {factors}") + "]",
-                         getattr(lowrank, name),
-                         dict(GATE=gate, PRECISION=precision(torch_dtype),
-                              FACTORS=factor_precision(torch_dtype) if factors == "auto" else factors,
-                              BLOCK_R=block_r, **tiles))
-                        for factors in args.factors for gate in (0, 1)
-                        for name in ("_forward_kernel", "_dkdv_kernel", "_dq_kernel")]
-            for name, fn, constexprs in kernels:
-                rows.append({"kernel": name, "block_m": block_m, "block_n": block_n, "num_warps": warps,
-                             **resources(fn, short, constexprs, args.arch, warps)})
+            add([(f"perkey.{name}", getattr(perkey, name),
+                  dict(HAS_PRIOR=True, PRECISION=precision(torch_dtype), BLOCK_M=block_m, BLOCK_N=block_n,
+                       BLOCK_D=block_d))
+                 for name in ("_forward_kernel", "_dkdv_kernel", "_dq_kernel")]
+                + [lowrank_kernel(name, gate, factors, block_m, block_n)
+                   for factors in args.factors for gate in (0, 1)
+                   for name in ("_forward_kernel", "_dkdv_kernel", "_dq_kernel")], warps)
     for blocks in args.backward_blocks:
         outer, _, inner = blocks.partition("x")
         if not (outer.isdigit() and inner.isdigit()):
             fail(f"--backward-blocks {blocks}; allowed: OUTERxINNER, as 64x16")
-        outer, inner = int(outer), int(inner)
-        tiles = dict(zip(("_dkdv_kernel", "_dq_kernel"), backward_tiles(fail, (outer, inner), outer, outer)))
+        tiles = backward_tiles(fail, (int(outer), int(inner)), 16, 16)  # ((dK/dV), (dq)) (BLOCK_M, BLOCK_N)
         for warps in args.num_warps:
-            for factors in args.factors:
-                for gate in (0, 1):
-                    for name, (block_m, block_n) in tiles.items():
-                        constexprs = dict(GATE=gate, PRECISION=precision(torch_dtype),
-                                          FACTORS=factor_precision(torch_dtype) if factors == "auto" else factors,
-                                          BLOCK_R=block_r, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
-                        rows.append({"kernel": f"lowrank.{name}[GATE={gate}"
-                                     + ("" if factors == "auto" else f", {factors}") + "]",
-                                     "block_m": block_m, "block_n": block_n, "num_warps": warps,
-                                     **resources(getattr(lowrank, name), short, constexprs, args.arch, warps)})
+            add([lowrank_kernel(name, gate, factors, *tile) for factors in args.factors for gate in (0, 1)
+                 for name, tile in zip(("_dkdv_kernel", "_dq_kernel"), tiles)], warps)
     print(json.dumps({"arch": f"sm_{args.arch}", "dtype": args.dtype, "head_dim": args.head_dim, "rank": args.rank,
                       "triton": triton.__version__, "rows": rows}, indent=1))
     return 0
