@@ -431,7 +431,7 @@ def _run(fail, q, k, v, phi, lam, c, beta, gamma, scale, floor, gate, block_m, b
         fail(f"inputs on {q.device} need a CUDA device or Triton's interpreter (TRITON_INTERPRET=1)")
     beta, gamma = (x if isinstance(x, torch.Tensor) else torch.tensor(float(x), device=q.device) for x in (beta, gamma))
     return LowrankPrefixAttention.apply(q, k, v, phi, lam, c, beta, gamma, float(scale), float(floor), gate, block_m,
-                                        block_n, None if backward_blocks is None else tuple(backward_blocks))
+                                        block_n, backward_blocks)
 
 
 def lowrank_prior_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, phi: torch.Tensor,
@@ -449,9 +449,9 @@ def lowrank_prior_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p
     their gradients returned in their own dtypes. block_m / block_n: query / key rows per tile (powers of two, at
     least 16; 64 on CUDA and 16 elsewhere by default). backward_blocks: (outer, inner) tiles of the backward kernels
     (the dK/dV kernel owns `outer` keys and steps over `inner` queries, the dq kernel the reverse;
-    :func:`.common.backward_tiles`), or None for block_m x block_n. Runs on CUDA, or on the CPU under Triton's interpreter
-    (TRITON_INTERPRET=1); :func:`attnlab.functional.kernels.available` says which. Differentiable in q, k, v, phi,
-    lam and c.
+    :func:`.common.backward_tiles`), or None for block_m x block_n. Runs on CUDA, or on the CPU under Triton's
+    interpreter (TRITON_INTERPRET=1); :func:`attnlab.functional.kernels.available` says which. Differentiable in q,
+    k, v, phi, lam and c.
     """
     _check(q, k, v, phi, lam, c, scale, prior_floor, block_m, block_n, backward_blocks)
     zero = torch.zeros((), device=q.device)
