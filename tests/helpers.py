@@ -5,7 +5,10 @@
 * :func:`max_leak` / :func:`build` / ``LEAK_TOL``: the causality (perturbation leak) check;
 * :func:`one_line_error`: a call must raise a one-line ConfigError containing given fragments;
 * :func:`tiny`: the tiny preset's RunConfig in a test's directories, with overrides;
-* :func:`last_logged`: per seed, the last value a shipped comparison's runs logged for a metric.
+* :func:`last_logged`: per seed, the last value a shipped comparison's runs logged for a metric;
+* :func:`extreme_logit_inputs`: q, k, v whose logits are +-80 on keys that differ by 1e-6 (finiteness tests);
+* :func:`require_kernels` / :func:`lowrank_kernel_inputs` / :func:`relative_error` /
+  :func:`assert_lowrank_kernel_causal`: what the Triton kernel tests share.
 """
 
 from __future__ import annotations
@@ -220,6 +223,28 @@ def require_kernels() -> None:
         pytest.skip("Triton cannot run here: no CUDA device and TRITON_INTERPRET is off", allow_module_level=True)
 
 
+def lowrank_kernel_inputs(b, h, hkv, t, d, r, *, device, factors="kv", dtype=torch.float32, seed=0):
+    """The low-rank kernels' inputs [q, k, v, phi, lam, c] and an upstream gradient; q, k, v (and it) rounded to
+    ``dtype`` on ``device``, the factors float32. factors: "kv" (one set per K/V head), "query" (per query head) or
+    "shared" ([1, 1, T, .]: one set for all). phi ~ N(0, 0.25), c ~ N(0, 1), lam ~ U(0.2, 1) (the kernels' contract
+    holds for any phi, c and lam > 0), so that M = (1 - phi . c) / lam spreads over both sides of the floor and of 1."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, n, t, d, generator=g) for n in (h, hkv, hkv))
+    do = torch.randn(b, h, t, d, generator=g)
+    fb, fh = {"kv": (b, hkv), "query": (b, h), "shared": (1, 1)}[factors]
+    phi = 0.5 * torch.randn(fb, fh, t, r, generator=g)
+    lam = 0.2 + 0.8 * torch.rand(fb, fh, t, generator=g)
+    c = torch.randn(fb, fh, t, r, generator=g)
+    cast = [x.to(device, dtype) for x in (q, k, v, do)]
+    return [*cast[:3], *(x.to(device) for x in (phi, lam, c))], cast[3]
+
+
+def relative_error(x, ref) -> float:
+    """max |x - ref| / max(max |ref|, 1), in float64 on the CPU."""
+    ref = ref.detach().double().cpu()
+    return ((x.detach().double().cpu() - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()
+
+
 def assert_lowrank_kernel_causal(run, inputs, t: int) -> None:
     """The low-rank kernels' leak check: run(q, k, v, phi, lam, c) -> output [B, H, T, D]. Changing token t's key,
     value and factors (phi_t, lam_t, c_t) leaves the outputs before t exactly unchanged (and does change token t's),
@@ -239,3 +264,14 @@ def assert_lowrank_kernel_causal(run, inputs, t: int) -> None:
     for name, leaf in zip(["q", "k", "v", "phi", "lam", "c"], leaves):
         assert torch.count_nonzero(leaf.grad[:, :, t:]) == 0, f"d{name} after token {t} is not zero"
         assert torch.count_nonzero(leaf.grad[:, :, :t]) > 0, f"d{name} before token {t} is all zero"
+
+
+def extreme_logit_inputs(sign: float, t: int = 8):
+    """float32 q, k, v (requiring grad) of shape [1, 1, t, 4] whose logits at scale 1 are 80 * sign on keys that
+    differ by 1e-6; sign 0 alternates +80 and -80 along the keys (t even)."""
+    q = torch.zeros(1, 1, t, 4)
+    q[..., 0] = 80.0
+    k = torch.zeros(1, 1, t, 4)
+    k[..., 0] = sign if sign else torch.tensor([1.0, -1.0] * (t // 2))
+    k = (k + 1e-6 * torch.randn(1, 1, t, 4)).requires_grad_()
+    return q.requires_grad_(), k, torch.randn(1, 1, t, 4, requires_grad=True)

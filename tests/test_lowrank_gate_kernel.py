@@ -25,7 +25,7 @@ where M is large and lam small). A wrong gate, mask or factor index errs by 1e-2
 
 import pytest
 import torch
-from helpers import assert_lowrank_kernel_causal, require_kernels
+from helpers import assert_lowrank_kernel_causal, lowrank_kernel_inputs, relative_error as error, require_kernels
 
 CUDA = torch.cuda.is_available()
 require_kernels()  # TRITON_INTERPRET is on without CUDA (tests/conftest.py)
@@ -47,23 +47,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make(b, h, hkv, t, d, r, factors="kv", gate="clamp", dtype=torch.float32, seed=0):
-    """[q, k, v, phi, lam, c, beta, gamma] and an upstream gradient; q, k, v (and it) in ``dtype``, the rest float32.
-    phi ~ N(0, 0.25), c ~ N(0, 1), lam ~ U(0.2, 1): M = (1 - phi . c) / lam spreads over both sides of 0 and 1."""
-    g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(b, n, t, d, generator=g) for n in (h, hkv, hkv))
-    do = torch.randn(b, h, t, d, generator=g)
-    fb, fh = {"kv": (b, hkv), "query": (b, h), "shared": (1, 1)}[factors]
-    phi = 0.5 * torch.randn(fb, fh, t, r, generator=g)
-    lam = 0.2 + 0.8 * torch.rand(fb, fh, t, generator=g)
-    c = torch.randn(fb, fh, t, r, generator=g)
-    beta, gamma = (torch.tensor(x) for x in GATE_PARAMS[gate])
-    cast = [x.to(DEVICE, dtype) for x in (q, k, v, do)]
-    return [*cast[:3], *(x.to(DEVICE) for x in (phi, lam, c, beta, gamma))], cast[3]
-
-
-def error(x, ref):
-    ref = ref.detach().double().cpu()
-    return ((x.detach().double().cpu() - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()
+    """[q, k, v, phi, lam, c, beta, gamma] and an upstream gradient: helpers.lowrank_kernel_inputs on this module's
+    device, and the gate's parameters."""
+    inputs, do = lowrank_kernel_inputs(b, h, hkv, t, d, r, device=DEVICE, factors=factors, dtype=dtype, seed=seed)
+    return [*inputs, *(torch.tensor(x).to(DEVICE) for x in GATE_PARAMS[gate])], do
 
 
 def kernel_run(inputs, do, gate, blocks=BLOCKS):

@@ -32,7 +32,7 @@ rounding of a_ij and dS_ij to bfloat16 before its products and of o (hence delta
 
 import pytest
 import torch
-from helpers import assert_lowrank_kernel_causal, require_kernels
+from helpers import assert_lowrank_kernel_causal, lowrank_kernel_inputs, relative_error as error, require_kernels
 
 CUDA = torch.cuda.is_available()
 require_kernels()  # TRITON_INTERPRET is on without CUDA (tests/conftest.py)
@@ -56,25 +56,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # the interpreter's small nu
 
 
 def make(b, h, hkv, t, d, r, factors="kv", dtype=torch.float32, seed=0):
-    """[q, k, v, phi, lam, c] and an upstream gradient; q, k, v (and it) rounded to ``dtype``, the factors float32.
-    factors: "kv" (one set per K/V head), "query" (per query head) or "shared" ([1, 1, T, .]: one set for all).
-    phi ~ N(0, 0.25), c ~ N(0, 1), lam ~ U(0.2, 1) (the function's contract holds for any phi, c and lam > 0), so
-    that M spreads over both sides of FLOOR."""
-    g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(b, n, t, d, generator=g) for n in (h, hkv, hkv))
-    do = torch.randn(b, h, t, d, generator=g)
-    fb, fh = {"kv": (b, hkv), "query": (b, h), "shared": (1, 1)}[factors]
-    phi = 0.5 * torch.randn(fb, fh, t, r, generator=g)
-    lam = 0.2 + 0.8 * torch.rand(fb, fh, t, generator=g)
-    c = torch.randn(fb, fh, t, r, generator=g)
-    cast = [x.to(DEVICE, dtype) for x in (q, k, v, do)]
-    return [*cast[:3], *(x.to(DEVICE) for x in (phi, lam, c))], cast[3]
-
-
-def error(x, ref):
-    """max |x - ref| / max(max |ref|, 1), in float64."""
-    ref = ref.detach().double().cpu()
-    return ((x.detach().double().cpu() - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()
+    """[q, k, v, phi, lam, c] and an upstream gradient (helpers.lowrank_kernel_inputs on this module's device)."""
+    return lowrank_kernel_inputs(b, h, hkv, t, d, r, device=DEVICE, factors=factors, dtype=dtype, seed=seed)
 
 
 def kernel_run(inputs, do, floor=FLOOR, blocks=BLOCKS):

@@ -18,7 +18,7 @@ products (unit roundoff 4e-3) and of its results to bfloat16, summed over up to 
 
 import pytest
 import torch
-from helpers import require_kernels
+from helpers import relative_error as error, require_kernels
 
 CUDA = torch.cuda.is_available()
 require_kernels()  # TRITON_INTERPRET is on without CUDA (tests/conftest.py)
@@ -49,12 +49,6 @@ def make(b, h, hkv, t, d, prior, dtype, seed=0):
             p.view(-1)[::3] = FLOOR  # every third key at the floor
     cast = [x.to(DEVICE, dtype) for x in (q, k, v, do)]
     return (*cast[:3], None if p is None else p.to(DEVICE), cast[3])
-
-
-def error(x, ref):
-    """max |x - ref| / max(max |ref|, 1), in float64."""
-    ref = ref.detach().double().cpu()
-    return ((x.detach().double().cpu() - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()
 
 
 def compare(q, k, v, p, do, **blocks):

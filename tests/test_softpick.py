@@ -18,7 +18,7 @@ from attnlab.functional.attention import attention
 from attnlab.mechanisms.softpick.functional import EPS, softpick
 from attnlab.mechanisms.softpick.reference import softpick_weights
 from attnlab.nn import Attention
-from helpers import one_line_error
+from helpers import extreme_logit_inputs, one_line_error
 
 
 def test_closed_forms():
@@ -105,12 +105,7 @@ def test_extreme_logits_and_near_duplicate_keys_stay_finite_in_float32(sign):
     """Logits of +-80 in float32 (e^80 ~ 5.5e34, near float32's limit when squared in a derivative) on keys that
     differ by 1e-6: the output and the gradients are finite. sign 0 alternates +80 and -80 along the keys."""
     t = 8
-    q = torch.zeros(1, 1, t, 4)
-    q[..., 0] = 80.0
-    k = torch.zeros(1, 1, t, 4)
-    k[..., 0] = sign if sign else torch.tensor([1.0, -1.0] * (t // 2))
-    k = (k + 1e-6 * torch.randn(1, 1, t, 4)).requires_grad_()
-    q, v = q.requires_grad_(), torch.randn(1, 1, t, 4, requires_grad=True)
+    q, k, v = extreme_logit_inputs(sign, t)
     out, weights = attention(q, k, v, causal=True, scale=1.0, normalizer=softpick, return_weights=True)
     out.sum().backward()
     assert all(torch.isfinite(x).all() for x in (out, weights, q.grad, k.grad, v.grad))

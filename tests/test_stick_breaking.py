@@ -19,7 +19,7 @@ from attnlab.functional.attention import attention
 from attnlab.mechanisms.stick_breaking.functional import own_position, stick_breaking
 from attnlab.mechanisms.stick_breaking.reference import stick_breaking_weights
 from attnlab.nn import Attention
-from helpers import one_line_error
+from helpers import extreme_logit_inputs, one_line_error
 
 
 def _equal_logits(z: float, t: int, s: int, dtype=torch.float64):
@@ -112,12 +112,7 @@ def test_extreme_logits_and_near_duplicate_keys_stay_finite_in_float32(sign):
     1e-6, float32). At -80 every key takes e^-80 of the stick and the query keeps its own value; at +80 the nearest
     key takes it all. sign 0 alternates +80 and -80 along the keys."""
     t = 8
-    q = torch.zeros(1, 1, t, 4)
-    q[..., 0] = 80.0
-    k = torch.zeros(1, 1, t, 4)
-    k[..., 0] = sign if sign else torch.tensor([1.0, -1.0] * (t // 2))
-    k = (k + 1e-6 * torch.randn(1, 1, t, 4)).requires_grad_()
-    q, v = q.requires_grad_(), torch.randn(1, 1, t, 4, requires_grad=True)
+    q, k, v = extreme_logit_inputs(sign, t)
     out, weights = attention(q, k, v, causal=True, scale=1.0, normalizer=stick_breaking, return_weights=True)
     out.sum().backward()
     assert all(torch.isfinite(x).all() for x in (out, weights, q.grad, k.grad, v.grad))
