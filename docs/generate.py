@@ -83,6 +83,7 @@ LEFT_OFF = {
     "hijack-v2-3": "a calibration: one seed per variant, every run at its cap",
     "hijack-v2-4-calibration": "a calibration: one seed per variant, on another cap than the study's",
     "boneless-early": "the boneless comparison at an earlier, shorter budget (superseded by boneless)",
+    "dilution-lm-2": "selective attention's lead waits for its positional control (`dilution-rope-lm`)",
     "zoology-mqar-t64-d64-sweep": "a learning-rate sweep of `standard` alone: no variant to compare",
 }
 LEADERBOARD_PLOT = ROOT / "results" / "leaderboard.png"
