@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import GPT, GPTConfig
+from attnlab import GPT, GPTConfig, get_variant
 from attnlab.configio import apply_overrides
 from attnlab.errors import ConfigError
 from attnlab.presets import load_preset
@@ -113,6 +113,12 @@ def build(attention, pos="learned", **kw) -> GPT:
     torch.manual_seed(0)
     return GPT(GPTConfig(vocab_size=VOCAB, block_size=T, n_layer=2, n_head=4, n_embd=32,
                          attention=fit_rank(attention, T), pos_encoding=pos, **kw))
+
+
+def alibi_refused(variant: str, pos: str) -> bool:
+    """Whether a GPT refuses this variant with these positions: ALiBi is a logit bias inside a softmax, so the
+    variants with another normalizer refuse pos_encoding='alibi' with one line (tests/test_alibi.py checks it)."""
+    return pos == "alibi" and get_variant(variant).normalizer != "softmax"
 
 
 def one_line_error(fn, *patterns):

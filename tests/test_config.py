@@ -45,7 +45,7 @@ def test_bad_attention_values(bad, patterns):
 
 
 @pytest.mark.parametrize("bad, patterns", [
-    (dict(pos_encoding="alibi"), ["pos_encoding='alibi'", "'rope'"]),
+    (dict(pos_encoding="xpos"), ["pos_encoding='xpos'", "'rope'", "'alibi'"]),
     (dict(n_layer=0), ["n_layer=0", ">= 1"]),
     (dict(n_layer=2.5), ["n_layer=2.5", "integer"]),
     (dict(n_embd=36, n_head=12, pos_encoding="rope"), ["even head_dim"]),

@@ -126,15 +126,16 @@ def test_the_position_free_dilution_part_differs_from_the_mqar_parts_only_in_pos
     assert nope.seeds == mqar.seeds and nope.primary == mqar.primary
 
 
-def test_the_language_models_positional_control_differs_from_its_grid_only_in_positions():
-    """dilution-rope-lm runs standard and selective with RoPE; every other setting, the seeds and the primary metric
-    are the dilution-lm parts'."""
-    lm, rope = load_experiment("dilution-lm-2"), load_experiment("dilution-rope-lm")
-    assert rope.base_config().model.pos_encoding == "rope" != lm.base_config().model.pos_encoding
-    moved = rope.base_config().replace(model=rope.base_config().model.replace(pos_encoding="learned"))
+@pytest.mark.parametrize("name, pos", [("dilution-rope-lm", "rope"), ("dilution-alibi-lm", "alibi")])
+def test_the_language_models_positional_controls_differ_from_its_grid_only_in_positions(name, pos):
+    """dilution-rope-lm and dilution-alibi-lm run standard and selective with RoPE and with ALiBi; every other
+    setting, the seeds and the primary metric are the dilution-lm parts'."""
+    lm, control = load_experiment("dilution-lm-2"), load_experiment(name)
+    assert control.base_config().model.pos_encoding == pos != lm.base_config().model.pos_encoding
+    moved = control.base_config().replace(model=control.base_config().model.replace(pos_encoding="learned"))
     assert moved == lm.base_config()
-    assert rope.variants == ["standard", "selective"] and "selective" in lm.variants
-    assert rope.seeds == lm.seeds and rope.primary == lm.primary
+    assert control.variants == ["standard", "selective"] and "selective" in lm.variants
+    assert control.seeds == lm.seeds and control.primary == lm.primary
 
 
 HIJACK_VARIANTS = {"standard", "qk-norm", "rbf", "magnitude-causal", "magnitude-prefix", "magnitude-causal-linear",

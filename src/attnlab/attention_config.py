@@ -85,6 +85,8 @@ class AttentionConfig:
     """Selective attention (Leviathan, Kalman and Matias 2024, arXiv:2410.02703): softmax(z_hij - F_ij), F_ij = sum_{k < i} ReLU(z_0kj) over 0 < j < k, head 0's logits as selection scores accumulated over the earlier queries and subtracted from every head (attnlab.mechanisms.selective). Parameter-free; needs causal softmax over dot-product logits; explicit path, no K/V cache; not with heads.mix 'talking' or 'coda', which rewrite every head's logits too."""
     differential: bool = False
     """Differential attention (Ye et al. 2024, arXiv:2410.05258): each head's weights are softmax(Q1 K1' s) - lambda softmax(Q2 K2' s), Q1, Q2 (K1, K2) the two halves of the head's query (key), s = 1/sqrt(head_dim/2); lambda = exp(lq1.lk1) - exp(lq2.lk2) + lambda_init per layer, lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1)); each head's output RMS-normalised and times 1 - lambda_init (attnlab.mechanisms.differential). Two SDPA calls, so it keeps the fused path and the K/V cache; RoPE rotates each half. Needs softmax over dot-product logits, heads.mix='concat', no magnitude table, qk_norm='off' and an even head_dim; composes with GQA, the count prior and ssmax (both maps)."""
+    alibi: bool = False
+    """ALiBi (Press, Smith and Lewis 2022, arXiv:2108.12409): -m_h |i - j| added to head h's logits, the slopes m_h = 2^(-8h/n) fixed per head (attnlab.functional.positional.alibi_slopes), in place of position embeddings. Set by the model's `pos_encoding = "alibi"` (leave it unset in a GPT); a per-(i, j) logit prior, so it keeps SDPA (a float mask) and the K/V cache and adds to a magnitude or count prior; needs normalizer='softmax'."""
 
     def __post_init__(self):
         for name in ("n_head", "n_kv_head"):
@@ -130,6 +132,11 @@ class AttentionConfig:
                               f"kernel={self.kernel!r}, normalizer={self.normalizer!r}, mask_form={self.mask_form!r} "
                               f"(allowed: kernel='dot', normalizer='softmax', mask_form='additive')")
         self._check_selective()
+        if not isinstance(self.alibi, bool):
+            raise ConfigError(f"attention.alibi={self.alibi!r} must be true or false")
+        if self.alibi and self.normalizer != "softmax":
+            raise ConfigError(f"ALiBi (pos_encoding='alibi', attention.alibi=true) adds -m_h |i - j| to the logits "
+                              f"inside a softmax; got normalizer={self.normalizer!r} (allowed: 'softmax')")
         if not isinstance(self.differential, bool):
             raise ConfigError(f"attention.differential={self.differential!r} must be true or false")
         if self.differential:
@@ -358,7 +365,7 @@ FLEX_CONFIG = ("kernel='dot', normalizer='softmax', mask_form='additive', any ma
 TRITON_CONFIG = ("causal=true, kernel='dot', normalizer='softmax', mask_form='additive', magnitude 'off', a per-key "
                  "form ('causal', 'global') or the low-rank prefix form (form 'prefix', solver 'lowrank', rank <= 64; "
                  "the prior or the value gate), count_prior=false, sink=false, selective=false, heads.mix 'concat' or "
-                 "'moh', differential=false")
+                 "'moh', differential=false, alibi=false")
 
 
 def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool = False, device: str | None = None,
@@ -377,7 +384,7 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
       'lowrank', rank <= 64: attnlab.functional.kernels.lowrank_prior_attention for the prior,
       lowrank_gate_attention for the value gate) and nothing the kernels do not compute (:data:`TRITON_CONFIG`);
     - "prefix_blocks" for the prefix magnitude form with the low-rank solver inside causal dot-product softmax with
-      the additive mask, no head mixing inside the softmax, no count prior, no sink, no selective attention and
+      the additive mask, no head mixing inside the softmax, no count prior, no sink, no selective attention, no ALiBi and
       backend "auto";
     - "flex" for backend "flex" (FlexAttention; the configurations of :data:`FLEX_CONFIG`);
     - else "sdpa" whenever the options reduce to softmax(q k' s + mask) v (attnlab.functional.attention.uses_sdpa:
@@ -389,7 +396,7 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
     m = cfg.magnitude
     blocks = (_form(cfg) == "prefix" and m.solver == LOWRANK and not cfg.count_prior and not cfg.sink and cfg.causal
               and cfg.kernel == "dot" and cfg.normalizer == "softmax" and cfg.mask_form == "additive"
-              and cfg.backend == "auto" and not logit_mix and not cfg.selective)
+              and cfg.backend == "auto" and not logit_mix and not cfg.selective and not cfg.alibi)
     value_gate = _form(cfg) == "prefix" and m.apply == "values"
     reducible = uses_sdpa(normalizer=cfg.normalizer, causal=cfg.causal, mask_form=cfg.mask_form,
                           value_gate=value_gate, head_mix=logit_mix or cfg.selective)
@@ -428,7 +435,7 @@ def _triton_misfits(cfg: "AttentionConfig") -> list[str]:
          _form(cfg) != "prefix" or _lowrank_kernel(cfg)),
         ("count_prior=true (per (i, j))", not cfg.count_prior), ("sink=true", not cfg.sink),
         ("selective=true", not cfg.selective), (f"heads.mix={cfg.heads.mix!r}", cfg.heads.mix not in LOGIT_MIXES),
-        ("differential=true", not cfg.differential)) if not ok]
+        ("differential=true", not cfg.differential), ("alibi=true (per (i, j))", not cfg.alibi)) if not ok]
 
 
 def _flex_misfits(cfg: "AttentionConfig") -> list[str]:

@@ -15,7 +15,7 @@ from .configio import from_dict, to_dict
 from .errors import ConfigError, check_choice, check_number, strict_fields
 from .registry import get_variant
 
-POS_ENCODINGS = ("none", "learned", "sinusoidal", "rope")
+POS_ENCODINGS = ("none", "learned", "sinusoidal", "rope", "alibi")
 ACTIVATIONS = ("gelu_tanh", "gelu")
 
 
@@ -41,7 +41,7 @@ class GPTConfig:
     attention: str | AttentionConfig | dict = "standard"
     """A registered variant name (see `attnlab.variants()`) or an `AttentionConfig` (a dict in TOML)."""
     pos_encoding: str = "learned"
-    """`"none"`, `"learned"` (GPT-2), `"sinusoidal"` (masking write-up, added to x before the projections) or `"rope"` (Su et al. 2021, rotating q and k in every layer)."""
+    """`"none"`, `"learned"` (GPT-2), `"sinusoidal"` (masking write-up, added to x before the projections) `"rope"` (Su et al. 2021, rotating q and k in every layer) or `"alibi"` (Press et al. 2022, arXiv:2108.12409: no position embeddings; -m_h |i - j| added to head h's logits in every layer, `attention.alibi`)."""
     rope_base: float = 10000.0
     """Base of the RoPE frequencies."""
     layer_norm_eps: float = 1e-5
@@ -106,7 +106,11 @@ class GPTConfig:
                 f"n_head={self.n_head} is not divisible by attention.n_kv_head={n_kv}; "
                 f"n_kv_head must divide n_head (allowed here: {_divisors(self.n_head)})"
             )
+        if attn.alibi and self.pos_encoding != "alibi":
+            raise ConfigError(f"attention.alibi=true comes from pos_encoding='alibi' (got pos_encoding="
+                              f"{self.pos_encoding!r}); set pos_encoding='alibi' and leave attention.alibi unset")
         attn = attn.replace(
+            alibi=self.pos_encoding == "alibi",
             n_head=self.n_head,
             n_kv_head=n_kv,
             bias=self.bias if attn.bias is None else attn.bias,

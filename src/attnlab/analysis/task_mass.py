@@ -65,7 +65,7 @@ def at_length(model, block_size: int):
     config = model.config
     if block_size > config.block_size and config.pos_encoding == "learned":
         raise ConfigError(f"a GPT with learned positions has none beyond block_size={config.block_size}, so it "
-                          f"cannot read {block_size} tokens; length extrapolation needs pos_encoding rope, "
+                          f"cannot read {block_size} tokens; length extrapolation needs pos_encoding rope, alibi, "
                           f"sinusoidal or none")
     longer = GPT(config.replace(block_size=block_size))
     longer.load_state_dict(model.state_dict())

@@ -6,9 +6,15 @@ phi_k = 10000^(2k / d_model), for k = 0 .. d_model/2 - 1 and positions i = 0, 1,
 
 RoPE (Su et al. 2021, RoFormer eq. 34): rotate each pair (x_{2k}, x_{2k+1}) of a query/key at position m by the
 angle m * theta_k, theta_k = base^(-2k / d). Then <R_m q, R_n k> depends on m - n only.
+
+ALiBi (Press, Smith and Lewis 2022, "Train Short, Test Long", arXiv:2108.12409, section 3): no position enters the
+embeddings; each head h adds -m_h |i - j| to its logits z_ij, a penalty linear in the distance with a fixed slope
+m_h per head, the geometric sequence m_h = 2^(-8h/n) for h = 1 .. n heads.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -39,3 +45,30 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     a, b = pairs[..., 0], pairs[..., 1]
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+
+
+def alibi_slopes(n_head: int) -> torch.Tensor:
+    """ALiBi's slope m_h of each head h = 1 .. n_head, float64 [n_head].
+
+    For n a power of 2: m_h = 2^(-8h/n), a geometric sequence from 2^(-8/n) down to 2^-8 (arXiv:2108.12409, section
+    3: 1/2, 1/4, ..., 1/256 for 8 heads). For other n, as the paper's released code does: the 2^k = n' below n get
+    their own sequence 2^(-8h/n'), and the remaining n - n' heads take every other slope of the 2n'-head sequence,
+    2^(-8h/(2n')) for odd h = 1, 3, 5, ..., which fall between the first ones."""
+    if isinstance(n_head, bool) or not isinstance(n_head, int) or n_head < 1:
+        raise ValueError(f"n_head={n_head!r} must be a positive integer")
+    base = 2 ** int(math.floor(math.log2(n_head)))  # n': the largest power of 2 <= n
+    h = torch.arange(1, base + 1, dtype=torch.float64)
+    odd = 2 * torch.arange(n_head - base, dtype=torch.float64) + 1  # h = 1, 3, ... of the 2n'-head sequence
+    return torch.cat([2.0 ** (-8.0 * h / base), 2.0 ** (-8.0 * odd / (2 * base))])
+
+
+def alibi_bias(slopes: torch.Tensor, t: int, s: int | None = None) -> torch.Tensor:
+    """ALiBi's additive logit bias b_hij = -m_h |pos_i - j|, [H, t, s], in slopes' dtype and device.
+
+    Keys sit at positions j = 0 .. s - 1 and the t queries at the last t positions, pos_i = s - t + i (a K/V cache
+    with s - t keys before them; s = t without one). In a causal model only j <= pos_i is seen, where the bias is
+    the paper's -m_h (pos_i - j); beyond it (non-causal attention) the distance counts the same both ways."""
+    s = t if s is None else s
+    pos_q = torch.arange(s - t, s, dtype=slopes.dtype, device=slopes.device)  # pos_i
+    pos_k = torch.arange(s, dtype=slopes.dtype, device=slopes.device)  # j
+    return -slopes.view(-1, 1, 1) * (pos_q.view(-1, 1) - pos_k.view(1, -1)).abs()

@@ -16,6 +16,7 @@ from ..mechanisms.heads.functional import cascade_logits
 from ..mechanisms.magnitude.names import GATE_ALIASES
 from ..mechanisms.magnitude.reference import PRIOR_FLOOR
 from ..mechanisms.magnitude.prefix_blocks import lowrank_prefix_attention
+from ..functional.positional import alibi_bias, alibi_slopes
 from ..functional.scores import default_scale, qk_normalize
 from .kv_cache import LayerKV
 from ..mechanisms.heads.module import HeadMLP, MoHRouter, TalkingHeads
@@ -42,6 +43,18 @@ class LayerOutput(NamedTuple):
     aux_loss: torch.Tensor | None = None
 
 
+def add_priors(a: torch.Tensor | None, b: torch.Tensor, n_head: int) -> torch.Tensor:
+    """a + b for two additive logit priors, each [B|1, heads, S] (per key) or [B|1, heads, T, S] (per (i, j)) with 1,
+    n_kv_head or n_head heads: a per-key prior is read as the same row for every query, and K/V heads are repeated
+    to n_head where the other prior has n_head of them (repeat_kv's order). a None: b."""
+    if a is None:
+        return b
+    a, b = (x.unsqueeze(-2) if x.dim() == 3 else x for x in (a, b))
+    if 1 != a.shape[1] != b.shape[1] != 1:
+        a, b = (repeat_kv(x, n_head // x.shape[1]) for x in (a, b))
+    return a + b
+
+
 class Attention(nn.Module):
     """Multi-head self-attention over x [B, T, n_embd] (Vaswani et al. 2017), built from an AttentionConfig.
 
@@ -65,6 +78,8 @@ class Attention(nn.Module):
     (Leviathan et al. 2024; attnlab.mechanisms.selective), through ``logit_fn`` on the explicit path; no K/V cache.
     differential: each head's weights are softmax(Q1 K1' s) - lambda softmax(Q2 K2' s) over its query's and key's halves
     (RoPE rotates each half), its output (1 - lambda_init) RMSNorm(.) (Ye et al. 2024; attnlab.mechanisms.differential).
+    alibi: softmax(z_ij - m_h |i - j|), fixed slopes m_h per head (Press et al. 2022, arXiv:2108.12409), a per-(i, j)
+    logit prior added to any other.
     State is passed, not kept: :meth:`run` returns the layer's auxiliary outputs (:class:`LayerOutput`).
     """
 
@@ -111,6 +126,8 @@ class Attention(nn.Module):
         self.output_gate = OutputGate(n_embd, self.n_head, self.head_dim, bias) if config.output_gate else None
         self.sink = AttentionSink(self.n_head) if config.sink else None
         self.differential = DifferentialHeads(self.head_dim, layer) if config.differential else None
+        if config.alibi:  # m_h, fixed (arXiv:2108.12409); a buffer, not a parameter, and not in the state dict
+            self.register_buffer("alibi_slopes", alibi_slopes(self.n_head).float(), persistent=False)
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """[B, T, n * head_dim] -> [B, n, T, head_dim]."""
@@ -243,9 +260,10 @@ class Attention(nn.Module):
             else:
                 v = v * g.unsqueeze(-1)  # Attn(Q, K, Gate o V)   (Magnitude Attention write-up, step 3)
         if cfg.count_prior:  # softmax(z_ij - log c_ij), added to a magnitude prior where there is one
-            count = count_prior.to(v.dtype)
-            logit_prior = count if logit_prior is None else (
-                (logit_prior.unsqueeze(-2) if logit_prior.dim() == 3 else logit_prior) + count)
+            logit_prior = add_priors(logit_prior, count_prior.to(v.dtype), self.n_head)
+        if cfg.alibi:  # softmax(z_ij - m_h |i - j|) (ALiBi, arXiv:2108.12409), added to any other prior
+            bias = alibi_bias(self.alibi_slopes, x.shape[1], offset + x.shape[1]).to(v.dtype)  # [H, T, S]
+            logit_prior = add_priors(logit_prior, bias.unsqueeze(0), self.n_head)
         if rope is not None and self.differential is not None:  # each half of a head rotated on its own (d/2 wide)
             q, k = whole(rope(halves(q), offset)), whole(rope(halves(k), 0 if latent_cache else offset))
         elif rope is not None:

@@ -110,7 +110,7 @@ class TrainConfig:
     """Length extrapolation on a task: sequence lengths (each above the task's seq_len) at which the task is also
     evaluated at every evaluation, its other parameters unchanged; logged as `length/<L>/accuracy` (the answer
     accuracy on 512 fixed sequences of length L). Needs a task source and positions that extend (rope,
-    sinusoidal or none). Empty: none."""
+    alibi, sinusoidal or none). Empty: none."""
     log_interval: int = 10
     """Steps between training-loss log lines."""
     checkpoint_interval: int = 500

@@ -177,6 +177,6 @@ def default_hooks(cfg, model: nn.Module) -> list[TrainHook]:
                               f"lengths; data.source={cfg.data.source!r} is not a task (use data.source=task:NAME)")
         if cfg.model.pos_encoding == "learned":
             raise ConfigError("train.eval_lengths needs positions that extend beyond the training length; "
-                              "model.pos_encoding='learned' has none (use rope, sinusoidal or none)")
+                              "model.pos_encoding='learned' has none (use rope, alibi, sinusoidal or none)")
         hooks.append(LengthHook(task, cfg.train.eval_lengths))
     return hooks + ([RankHook()] if cfg.train.track_rank else [])
