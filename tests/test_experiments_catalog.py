@@ -115,15 +115,18 @@ def test_the_dilution_parts_on_noisy_recall_share_the_recall_parts_task_and_mode
     assert {v for v in variants() if family(v) == "dilution"} <= trained
 
 
-def test_the_position_free_dilution_part_differs_from_the_mqar_parts_only_in_positions():
+@pytest.mark.parametrize("name, pos, variant", [("dilution-nope-1", "none", "stick-breaking"),
+                                                ("dilution-alibi-mqar", "alibi", "ssmax")])
+def test_the_mqar_parts_with_other_positions_differ_from_them_only_in_positions(name, pos, variant):
     """dilution-nope-1 runs stick-breaking in its paper's setting (no positional encoding) against standard and
-    qk-norm without positions; every other setting, the seeds and the primary metric are the mqar parts'."""
-    mqar, nope = load_experiment("dilution-mqar-1"), load_experiment("dilution-nope-1")
-    assert nope.base_config().model.pos_encoding == "none" != mqar.base_config().model.pos_encoding
-    moved = nope.base_config().replace(model=nope.base_config().model.replace(pos_encoding="rope"))
+    qk-norm without positions; dilution-alibi-mqar runs standard, qk-norm and SSMax with ALiBi. Every other setting,
+    the seeds and the primary metric are the mqar parts'."""
+    mqar, other = load_experiment("dilution-mqar-1"), load_experiment(name)
+    assert other.base_config().model.pos_encoding == pos != mqar.base_config().model.pos_encoding
+    moved = other.base_config().replace(model=other.base_config().model.replace(pos_encoding="rope"))
     assert moved == mqar.base_config()
-    assert nope.variants[0] == "standard" and "stick-breaking" in nope.variants
-    assert nope.seeds == mqar.seeds and nope.primary == mqar.primary
+    assert other.variants[0] == "standard" and variant in other.variants
+    assert other.seeds == mqar.seeds and other.primary == mqar.primary
 
 
 @pytest.mark.parametrize("name, pos", [("dilution-rope-lm", "rope"), ("dilution-alibi-lm", "alibi")])
