@@ -85,14 +85,17 @@ def test_the_heatmap_is_current():
     assert is_current(generate.LEADERBOARD_PLOT, generate.leaderboard_key(entries)), "run `python docs/generate.py`"
 
 
-def test_a_benchmark_without_positions_says_so():
+def test_a_benchmark_says_which_positions_it_has():
     """dilution-nope-1 trains mqar as dilution-mqar-1 does but without positional encoding: its benchmark is another
-    one, and its label says how it differs (the label is all a reader of the table sees)."""
+    one, and its label says how it differs (the label is all a reader of the table sees); the language model's
+    learned positions, GPT-2's and the model's default, go unnamed."""
     from attnlab.experiments.leaderboard import _benchmark_label
 
     labels = {name: _benchmark_label(json.loads((ROOT / "results" / name / "results.json").read_text())["base_config"])
-              for name in ("dilution-mqar-1", "dilution-nope-1")}
-    assert labels["dilution-nope-1"] == labels["dilution-mqar-1"].replace("2x128", "2x128, no positions")
+              for name in ("dilution-mqar-1", "dilution-nope-1", "dilution-lm-1")}
+    assert ", RoPE" in labels["dilution-mqar-1"]
+    assert labels["dilution-nope-1"] == labels["dilution-mqar-1"].replace(", RoPE", ", no positions")
+    assert "positions" not in labels["dilution-lm-1"] and "RoPE" not in labels["dilution-lm-1"]
 
 
 def test_speed_is_a_ratio_only_between_runs_on_one_machine():

@@ -118,13 +118,17 @@ def _welch_interval(a: dict, b: dict, confidence: float = 0.95) -> tuple[float, 
     return diff - half, diff + half
 
 
+# How a benchmark's label names its positions; GPT-2's learned positions, the model's default, go unnamed.
+POSITION_LABELS = {"none": ", no positions", "sinusoidal": ", sinusoidal positions", "rope": ", RoPE", "alibi": ", ALiBi"}
+
+
 def _benchmark_label(base: dict) -> str:
     data, model, train = base["data"], base["model"], base["train"]
     source = data.get("source", "")
     what = source.removeprefix("task:") if source.startswith("task:") else f"{source} (language model)"
     budget = f"cap {train['max_steps']}" if train.get("stop_at") else f"{train['max_steps']} steps"
     device = train.get("device") or "auto"
-    positions = ", no positions" if model.get("pos_encoding") == "none" else ""
+    positions = POSITION_LABELS.get(model.get("pos_encoding", "learned"), "")
     return (f"{what}, {model['n_layer']}x{model['n_embd']}{positions}, {budget}"
             + ("" if device in ("cpu", "auto") else f", {device}"))
 
