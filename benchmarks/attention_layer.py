@@ -8,6 +8,7 @@ machine noise hits both alike (medians over --repeats):
 
     python benchmarks/attention_layer.py                 # batch 8, heads 8, seq 512, head_dim 64, CPU fp32
     python benchmarks/attention_layer.py --device cuda --dtype bfloat16
+    python benchmarks/attention_layer.py --pos-encoding alibi --variants standard selective    # ALiBi in every layer
 Prints one JSON object.
 """
 
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab import GPTConfig, variants
+from attnlab.config import POS_ENCODINGS
 from attnlab.attention_config import route
 from attnlab.functional import attention
 from attnlab.nn import Attention
@@ -108,6 +110,8 @@ def main(argv=None):
     add_shape_args(p)
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--variants", nargs="*", default=None, help="default: every registered variant")
+    p.add_argument("--pos-encoding", default="learned", choices=POS_ENCODINGS,
+                   help="the model's positions; only 'alibi' reaches the layer (a bias in every attention layer)")
     args = p.parse_args(argv)
 
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
@@ -118,7 +122,8 @@ def main(argv=None):
     reference = RawSDPALayer(n_embd, args.heads).to(device, dtype)
     results = []
     for name in args.variants or variants():
-        cfg = GPTConfig(n_head=args.heads, n_embd=n_embd, block_size=args.seq, attention=name).resolved_attention()
+        cfg = GPTConfig(n_head=args.heads, n_embd=n_embd, block_size=args.seq, attention=name,
+                        pos_encoding=args.pos_encoding).resolved_attention()
         layer = Attention(cfg, n_embd).to(device, dtype)
         record_magnitude_stats(layer, False)  # as in training: gate statistics only on logged steps
         path = route(cfg, device=device.type, dtype=args.dtype).path
@@ -134,7 +139,7 @@ def main(argv=None):
             row[f"layer_{mode}_peak_mb"] = peak_memory_mb(make(layer, inp, **extra), device)
         results.append(row)
         if (cfg.magnitude is not None or cfg.count_prior or cfg.sink or cfg.selective
-                or cfg.differential):  # their cost lives in the layer, around or inside the attention call
+                or cfg.differential or cfg.alibi):  # their cost lives in the layer, around or inside the attention call
             row["core_fwd_ms"] = row["sdpa_core_fwd_ms"] = row["core_fwd_ratio"] = None
             continue
         # core: the attention function alone on q/k/v, against one raw SDPA call
@@ -152,6 +157,7 @@ def main(argv=None):
     out = {
         "benchmark": "attention_layer",
         "shape": {"batch": args.batch, "heads": args.heads, "seq": args.seq, "head_dim": args.head_dim},
+        "pos_encoding": args.pos_encoding,
         "device": str(device), "dtype": args.dtype, "torch": torch.__version__, "threads": torch.get_num_threads(),
         "machine": platform.processor() or platform.machine(), "repeats": args.repeats,
         "note": "ratio = attnlab median / raw-SDPA median in this run (causal); core references repeat K/V heads",
