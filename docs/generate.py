@@ -65,7 +65,7 @@ GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "
 
 # The comparisons on the leaderboard, and those left off with the reason. A new study adds its comparisons to one.
 LEADERBOARD = ("dilution-mqar-1", "dilution-mqar-2", "dilution-mqar-3", "dilution-nope-1", "dilution-noisy-1", "dilution-noisy-2",
-               "dilution-lm-1", "dilution-lm-3", "dilution-lm-5",
+               "dilution-lm-1", "dilution-lm-2", "dilution-lm-3", "dilution-lm-5", "dilution-rope-lm",
                "hijack-v2-1", "hijack-v2-2", "hijack-v2-2-causal", "hijack-v2-4", "hijack-v2-5", "hijack-v2-1-h100", "hijack-v2-6",
                "recall-mqar-1", "recall-mqar-2", "recall-mqar-3", "recall-mqar-4",
                "recall-induction", "recall-induction-2",
@@ -83,7 +83,6 @@ LEFT_OFF = {
     "hijack-v2-3": "a calibration: one seed per variant, every run at its cap",
     "hijack-v2-4-calibration": "a calibration: one seed per variant, on another cap than the study's",
     "boneless-early": "the boneless comparison at an earlier, shorter budget (superseded by boneless)",
-    "dilution-lm-2": "selective attention's lead waits for its positional control (`dilution-rope-lm`)",
     "zoology-mqar-t64-d64-sweep": "a learning-rate sweep of `standard` alone: no variant to compare",
 }
 LEADERBOARD_PLOT = ROOT / "results" / "leaderboard.png"
