@@ -607,6 +607,7 @@ def _tiny_budget(tmp_path) -> RunConfig:
     )
 
 
+@pytest.mark.slow  # trains a whole comparison: about 25-50 s on the 2-core CPU
 def test_parallel_jobs_match_sequential_runs(tmp_path):
     """jobs=2 (two `attnlab train` processes) gives the same losses as jobs=1 in this process, same threads."""
     base = _tiny_budget(tmp_path)

@@ -88,6 +88,7 @@ def test_a_text_run_is_a_one_line_error(tmp_path):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow  # trains a whole comparison: about 25-50 s on the 2-core CPU
 def test_swaps_over_a_comparison_are_summarised_and_shipped(tmp_path):
     import scipy.stats
 
