@@ -41,7 +41,7 @@ class GPTConfig:
     attention: str | AttentionConfig | dict = "standard"
     """A registered variant name (see `attnlab.variants()`) or an `AttentionConfig` (a dict in TOML)."""
     pos_encoding: str = "learned"
-    """`"none"`, `"learned"` (GPT-2), `"sinusoidal"` (masking write-up, added to x before the projections) `"rope"` (Su et al. 2021, rotating q and k in every layer) or `"alibi"` (Press et al. 2022, arXiv:2108.12409: no position embeddings; -m_h |i - j| added to head h's logits in every layer, `attention.alibi`)."""
+    """`"none"`, `"learned"` (GPT-2), `"sinusoidal"` (masking write-up, added to x before the projections), `"rope"` (Su et al. 2021, rotating q and k in every layer) or `"alibi"` (Press et al. 2022, arXiv:2108.12409: no position embeddings; -m_h |i - j| added to head h's logits in every layer, `attention.alibi`)."""
     rope_base: float = 10000.0
     """Base of the RoPE frequencies."""
     layer_norm_eps: float = 1e-5
