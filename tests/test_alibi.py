@@ -46,6 +46,15 @@ def test_bias_equals_x_transformers(t, s):
     torch.testing.assert_close(alibi_bias(alibi_slopes(6), t, s), expected, rtol=4e-15, atol=0)
 
 
+def test_bias_keeps_distances_exact_for_low_precision_slopes():
+    """A model cast to bfloat16 casts its slopes too; positions above 256 must not round (bfloat16 keeps 8 bits), or
+    the last query's nearest keys would be 0 apart. Powers of 2 slopes are exact in bfloat16, so the bias is exact."""
+    got = alibi_bias(alibi_slopes(4).to(torch.bfloat16), 1, 1001)[:, 0, -3:]  # query 1000 over keys 998, 999, 1000
+    assert got.dtype == torch.float32
+    expected = -alibi_slopes(4).float().view(-1, 1) * torch.tensor([2.0, 1.0, 0.0])
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("bad", [0, -2, 2.5, True])
 def test_bad_head_counts_are_one_line_errors(bad):
     with pytest.raises(ValueError, match=f"n_head={bad!r} must be a positive integer"):

@@ -67,8 +67,11 @@ def alibi_bias(slopes: torch.Tensor, t: int, s: int | None = None) -> torch.Tens
 
     Keys sit at positions j = 0 .. s - 1 and the t queries at the last t positions, pos_i = s - t + i (a K/V cache
     with s - t keys before them; s = t without one). In a causal model only j <= pos_i is seen, where the bias is
-    the paper's -m_h (pos_i - j); beyond it (non-causal attention) the distance counts the same both ways."""
+    the paper's -m_h (pos_i - j); beyond it (non-causal attention) the distance counts the same both ways.
+    Computed in at least float32 (slopes of a model cast to bfloat16 would round positions above 256 and make
+    neighbours 0 apart); the caller casts the result."""
     s = t if s is None else s
-    pos_q = torch.arange(s - t, s, dtype=slopes.dtype, device=slopes.device)  # pos_i
-    pos_k = torch.arange(s, dtype=slopes.dtype, device=slopes.device)  # j
-    return -slopes.view(-1, 1, 1) * (pos_q.view(-1, 1) - pos_k.view(1, -1)).abs()
+    dtype = torch.promote_types(slopes.dtype, torch.float32)
+    pos_q = torch.arange(s - t, s, dtype=dtype, device=slopes.device)  # pos_i
+    pos_k = torch.arange(s, dtype=dtype, device=slopes.device)  # j
+    return -slopes.to(dtype).view(-1, 1, 1) * (pos_q.view(-1, 1) - pos_k.view(1, -1)).abs()
