@@ -19,7 +19,7 @@ from statsmodels.stats.multitest import multipletests
 from attnlab.configio import apply_overrides, load_config, load_toml, save_toml
 from attnlab.errors import ConfigError
 from attnlab.experiments import compare, describe, run_config, run_dir, welch_ttest, write_report
-from attnlab.experiments.compare import check_or_write_spec, spec_dict
+from attnlab.experiments.grid import check_or_write_spec, spec_dict
 from attnlab.presets import load_preset
 from attnlab.train.config import RunConfig
 from attnlab.train.checkpoint import META, STATE, WEIGHTS
@@ -828,7 +828,7 @@ def test_hijack_protocol_sets_the_fixed_runs_beside_the_same_seeds_and_all_seeds
 
 def test_one_gpu_per_child_when_there_are_several():
     """compare --jobs N spreads its children over the visible GPUs (CUDA_VISIBLE_DEVICES)."""
-    from attnlab.experiments.compare import pick_gpu, visible_gpus
+    from attnlab.experiments.grid import pick_gpu, visible_gpus
 
     assert visible_gpus({}, 4) == ["0", "1", "2", "3"]
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,5"}, 2) == ["2", "5"]

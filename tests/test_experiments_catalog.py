@@ -9,7 +9,7 @@ import pytest
 
 from attnlab.errors import ConfigError
 from attnlab.experiments import experiment_names, load_experiment
-from attnlab.experiments.compare import spec_dict
+from attnlab.experiments.grid import spec_dict
 from attnlab.presets import load_preset
 from attnlab.registry import variant_info
 
@@ -129,16 +129,21 @@ def test_the_mqar_parts_with_other_positions_differ_from_them_only_in_positions(
     assert other.seeds == mqar.seeds and other.primary == mqar.primary
 
 
-@pytest.mark.parametrize("name, pos", [("dilution-rope-lm", "rope"), ("dilution-alibi-lm", "alibi")])
-def test_the_language_models_positional_controls_differ_from_its_grid_only_in_positions(name, pos):
-    """dilution-rope-lm and dilution-alibi-lm run standard and selective with RoPE and with ALiBi; every other
-    setting, the seeds and the primary metric are the dilution-lm parts'."""
-    lm, control = load_experiment("dilution-lm-2"), load_experiment(name)
+@pytest.mark.parametrize("name, pos, grid, variant", [("dilution-rope-lm", "rope", "dilution-lm-2", "selective"),
+                                                     ("dilution-alibi-lm", "alibi", "dilution-lm-2", "selective"),
+                                                     ("dilution-rope-lm-2", "rope", "dilution-lm-4", "stick-breaking")])
+def test_the_language_models_positional_controls_differ_from_its_grid_only_in_positions(name, pos, grid, variant):
+    """dilution-rope-lm and dilution-alibi-lm run standard and selective with RoPE and with ALiBi, dilution-rope-lm-2
+    standard and stick-breaking with RoPE; every other setting, the seeds and the primary metric are the dilution-lm
+    parts'. The two RoPE parts share standard's runs, so their standard configurations are the same."""
+    lm, control = load_experiment(grid), load_experiment(name)
     assert control.base_config().model.pos_encoding == pos != lm.base_config().model.pos_encoding
     moved = control.base_config().replace(model=control.base_config().model.replace(pos_encoding="learned"))
     assert moved == lm.base_config()
-    assert control.variants == ["standard", "selective"] and "selective" in lm.variants
+    assert control.variants == ["standard", variant] and variant in lm.variants
     assert control.seeds == lm.seeds and control.primary == lm.primary
+    if name == "dilution-rope-lm-2":
+        assert control.base_config() == load_experiment("dilution-rope-lm").base_config()
 
 
 HIJACK_VARIANTS = {"standard", "qk-norm", "rbf", "magnitude-causal", "magnitude-prefix", "magnitude-causal-linear",

@@ -207,3 +207,33 @@ def test_the_redesign_measures_hold():
                   for p in PACKAGE.rglob("*.py"))
     assert longest[0] <= 605, longest
     assert "`experiments/report.py`, 605 lines" in page
+
+
+def test_no_lazy_export_is_shadowed_by_a_submodule():
+    """A package's lazily exported name (:mod:`attnlab.lazy`) must not also name one of its submodules: importing
+    that submodule first sets the package attribute to the module, and the export's ``__getattr__`` never runs. Run in
+    a fresh interpreter that imports every home module before it looks a name up, the order that broke
+    ``from attnlab.experiments import compare`` once."""
+    import subprocess
+    import sys
+
+    script = """
+import importlib, pkgutil, types, attnlab
+for info in pkgutil.walk_packages(attnlab.__path__, 'attnlab.'):
+    if not info.ispkg:
+        continue
+    pkg = importlib.import_module(info.name)
+    names = getattr(pkg, '__all__', [])
+    if 'lazy_exports' not in open(pkg.__file__, encoding='utf-8').read():
+        continue
+    subs = {m.name for m in pkgutil.iter_modules(pkg.__path__)}
+    for sub in subs:
+        importlib.import_module(info.name + '.' + sub)
+    for name in names:
+        value = getattr(pkg, name)
+        assert not isinstance(value, types.ModuleType), f'{info.name}.{name} is the submodule, not the export'
+    print(info.name, len(names))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "attnlab.experiments" in out.stdout

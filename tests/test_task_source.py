@@ -192,7 +192,7 @@ def test_cli_tasks_and_mass(tmp_path, capsys):
 
 
 def test_a_task_comparisons_report_names_the_task(tmp_path):
-    from attnlab.experiments.compare import check_or_write_spec, spec_dict
+    from attnlab.experiments.grid import check_or_write_spec, spec_dict
     from attnlab.experiments.report import write_report
 
     base = apply_overrides(load_preset("tiny"), TASK)

@@ -15,7 +15,7 @@ from statsmodels.stats.multitest import multipletests
 
 from attnlab.configio import save_toml
 from attnlab.errors import ConfigError
-from attnlab.experiments.compare import check_or_write_spec, spec_dict
+from attnlab.experiments.grid import check_or_write_spec, spec_dict
 from attnlab.experiments.report import read_results, write_report
 from attnlab.experiments.verdict import check_primary
 from attnlab.presets import load_preset

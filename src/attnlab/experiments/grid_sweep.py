@@ -2,7 +2,7 @@
 
 Papers tune a setting per architecture and report the best run (Zoology, arXiv:2312.04927, sweeps the learning rate
 and plots the best of the sweep for each model); a fair comparison does the same for every variant. A sweep runs
-:func:`attnlab.experiments.compare.compare` once per value, each an ordinary (resumable) comparison directory::
+:func:`attnlab.experiments.grid.compare` once per value, each an ordinary (resumable) comparison directory::
 
     out_dir/<KEY>=<value>/    compare.toml, <variant>/seed<k>/, report.md, results.json
     out_dir/sweep.md          per variant and value: the metric (mean ± std over seeds); the best value per variant;
@@ -26,7 +26,7 @@ from ..atomic import write_text
 from ..configio import apply_overrides
 from ..errors import ConfigError
 from ..rundir import COMPARE_SPEC_FILE
-from .compare import compare
+from .grid import compare
 from .report import collect_runs, load_spec
 from .stats import describe
 from .verdict import better, metric_value

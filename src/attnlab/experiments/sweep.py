@@ -28,7 +28,7 @@ from ..errors import ConfigError
 from ..rundir import DONE_STATUSES, SUMMARY_FILE, read_summary, sweep_run_dir
 from ..rundir import SWEEP_SPEC_FILE as SPEC_FILE
 from ..train import load_model, train
-from .compare import run_state, spec_differences
+from .grid import run_state, spec_differences
 
 __all__ = ["rank_sweep", "sweep_run_dir", "format_sweep_table"]
 
