@@ -88,6 +88,44 @@ def test_attention_on_flex_against_the_numpy_loop(heads, causal, prior_kind, wit
         assert (out - plain).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("with_sink", [False, True], ids=["", "sink"])
+@pytest.mark.parametrize("prior_kind", ["none", "per key, Hkv heads", "per (i, j), H heads, batch 1"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("heads", [(4, 2), (4, 1)], ids=["gqa", "mqa"])
+def test_alibi_inside_the_kernel_against_the_numpy_loop(heads, causal, prior_kind, with_sink):
+    """ALiBi computed in the score modifier from the indices, -m_h |pos_i - j| with pos_i = S - T + i (T = 7 queries
+    after 4 cached keys), against the reference with the bias written out in numpy as one more float mask; the
+    other backends (SDPA, explicit) build the same bias as a tensor and must agree too."""
+    h, hkv = heads
+    q, k, v, g = _inputs(h=h, hkv=hkv)
+    prior = PRIORS[prior_kind](2, h, hkv, 7, 11, g)
+    sink = torch.randn(h, generator=g, dtype=torch.float64) if with_sink else None
+    slopes = torch.tensor([0.5, 0.25, 0.8, 0.0625], dtype=torch.float64)[:h]
+    pos_q, pos_k = np.arange(4, 11)[:, None], np.arange(11)[None, :]
+    bias = -slopes.numpy()[None, :, None, None] * np.abs(pos_q - pos_k)  # [1, H, T, S]
+    full = torch.from_numpy(np.broadcast_to(bias, (2, h, 7, 11)).copy())
+    if prior is not None:
+        full = full + (prior.repeat_interleave(h // prior.shape[1], 1) if prior.dim() == 4 else
+                       prior.repeat_interleave(h // prior.shape[1], 1).unsqueeze(-2))
+    ref = _reference(q, k, v, causal=causal, scale=0.3, prior=full, sink=sink)
+    with torch.no_grad():
+        for backend in ("flex", "explicit", "sdpa"):
+            if backend == "sdpa" and sink is not None:
+                continue
+            out = attention(q, k, v, causal=causal, scale=0.3, logit_prior=prior, sink=sink, alibi=slopes,
+                            backend=backend)
+            assert np.abs(out.numpy() - ref).max() < TOL, backend
+
+
+@pytest.mark.parametrize("bad, named", [(dict(alibi=torch.ones(3)), "shape (3,)"),
+                                        (dict(alibi=torch.ones(4), normalizer="none"), "normalizer='none'")])
+def test_alibi_it_cannot_take_is_one_line(bad, named):
+    q, k, v, _ = _inputs()
+    with pytest.raises(ValueError, match="^alibi needs normalizer='softmax' and slopes of shape \\[4\\]") as caught:
+        attention(q, k, v, causal=True, backend="flex", **bad)
+    assert named in str(caught.value) and "\n" not in str(caught.value)
+
+
 def test_temperature_and_default_scale():
     q, k, v, _ = _inputs(t=11)
     with torch.no_grad():
@@ -99,10 +137,11 @@ def test_temperature_and_default_scale():
 FITS = [v for v in variants() if not _flex_misfits(get_variant(v))]
 
 
-def _model(cfg, backend):
+def _model(cfg, backend, pos_encoding="learned"):
     torch.manual_seed(0)
     cfg = fit_rank(cfg, T).replace(backend=backend)
-    return GPT(GPTConfig(vocab_size=VOCAB, block_size=T, n_layer=2, n_head=4, n_embd=32, attention=cfg)).double().eval()
+    return GPT(GPTConfig(vocab_size=VOCAB, block_size=T, n_layer=2, n_head=4, n_embd=32, attention=cfg,
+                         pos_encoding=pos_encoding)).double().eval()
 
 
 def test_the_registered_variants_it_computes():
@@ -126,6 +165,23 @@ def test_the_model_on_flex_equals_the_explicit_path(variant, caplog):
     assert (flex - explicit).abs().max() < TOL
     assert [r.getMessage() for r in caplog.records].count(
         "attention: the flex path (attnlab.functional.flex, FlexAttention) on cpu, backend='flex'") == 1
+
+
+@pytest.mark.parametrize("variant", ["standard", "gqa", "sink", "magnitude-causal-logits", "count-prior",
+                                     pytest.param("differential", marks=pytest.mark.slow)])
+def test_the_model_with_alibi_on_flex_equals_the_explicit_path(variant):
+    """pos_encoding='alibi': the flex path computes the bias inside the kernel, the explicit path adds the
+    materialised [H, T, S] tensor; float64 logits of the full forward and of a cached decode agree."""
+    idx = torch.randint(0, VOCAB, (2, T), generator=torch.Generator().manual_seed(4))
+    flex, explicit = (_model(get_variant(variant), b, "alibi") for b in ("flex", "explicit"))
+    with torch.no_grad():
+        full = flex(idx)[0]
+        assert (full - explicit(idx)[0]).abs().max() < TOL
+        assert (full - _model(get_variant(variant), "explicit")(idx)[0]).abs().max() > 1e-3  # ALiBi is not lost
+        if route(flex.config.resolved_attention()).cacheable:
+            cache = flex.new_cache()
+            steps = [flex(idx[:, :5], cache=cache)[0]] + [flex(idx[:, i:i + 1], cache=cache)[0] for i in range(5, T)]
+            assert (torch.cat(steps, dim=1) - full).abs().max() < TOL
 
 
 @pytest.mark.parametrize("variant", ["sink", pytest.param("gqa", marks=pytest.mark.slow),
@@ -197,15 +253,17 @@ def test_gradients_on_the_cpu_are_a_one_line_error():
 
 
 @pytest.mark.skipif(not CUDA, reason="FlexAttention's backward and compiled kernels run on a GPU only")
-@pytest.mark.parametrize("variant", ["magnitude-causal-logits", "magnitude-prefix-logits", "count-prior", "sink", "gqa"])
-def test_gradients_on_cuda_equal_the_explicit_path(variant):
+@pytest.mark.parametrize("variant, pos", [(v, "learned") for v in ("magnitude-causal-logits", "magnitude-prefix-logits",
+                                                                     "count-prior", "sink", "gqa")]
+                         + [("standard", "alibi"), ("magnitude-causal-logits", "alibi")])
+def test_gradients_on_cuda_equal_the_explicit_path(variant, pos):
     """float32 on CUDA, compiled: the logits to 1e-4 and every parameter's gradient to 1e-3 of the explicit path's
     (float32 with TF32 off; the compiled kernel's block sums and the float32 magnitude solve round differently)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     idx = torch.randint(0, VOCAB, (2, T), generator=torch.Generator().manual_seed(1)).cuda()
     results = []
     for backend in ("flex", "explicit"):
-        model = _model(get_variant(variant), backend).float().cuda().train()
+        model = _model(get_variant(variant), backend, pos).float().cuda().train()
         logits = model(idx)[0]
         upstream = torch.randn(logits.shape, generator=torch.Generator().manual_seed(3)).cuda()
         (logits * upstream).sum().backward()

@@ -73,4 +73,4 @@ def flex_misfits(*, kernel="dot", normalizer="softmax", mask_form="additive", re
 
 
 FLEX_ALLOWED = ("kernel='dot', normalizer='softmax', mask_form='additive', causal or not, a logit prior per key or per "
-                "(i, j) or none, a sink, no weights returned, no dropout, no value gate or head mixing")
+                "(i, j) or none, a sink, ALiBi, no weights returned, no dropout, no value gate or head mixing")

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from ..switches import BACKENDS, BUILTIN_NORMALIZERS, KERNELS, MASK_FORMS, NORMALIZERS, uses_sdpa  # noqa: F401
 from ..switches import FLEX_ALLOWED, TRITON_ALLOWED, TRITON_DTYPES, TRITON_INSTALL, flex_misfits, triton_misfits
 from .masks import causal_keep, mask_renormalize_softmax
+from .positional import alibi_bias
 from .scores import default_scale, dot_logits, rbf_augment, rbf_logits
 
 _SDPA_HAS_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)  # enable_gqa arrived in 2.5
@@ -68,6 +69,7 @@ def attention(
     head_mix: tuple[torch.Tensor, torch.Tensor] | None = None,
     logit_fn=None,
     sink: torch.Tensor | None = None,
+    alibi: torch.Tensor | None = None,
 ):
     """Attention over q [B, H, T, d], k [B, Hkv, S, d], v [B, Hkv, S, dv]; H must be a multiple of Hkv.
 
@@ -100,13 +102,17 @@ def attention(
         every query sees, p_ij = exp(z_ij) / (exp(s_h) + sum_k exp(z_ik)); dot-product softmax with the additive
         mask only (the rbf path's logits are exact only up to a per-row constant, which s_h would not share). The
         returned weights leave the sink's column out (rows sum to < 1).
+    alibi: optional ALiBi slopes m [H] (Press et al. 2022, arXiv:2108.12409; attnlab.functional.positional): the
+        per-(i, j) prior -m_h |pos_i - j|, pos_i = S - T + i, added to the logits like logit_prior (softmax only).
+        On backend "flex" it is computed inside the kernel from the positions (no [H, T, S] tensor); on the others
+        it is alibi_bias(m, T, S), joined to logit_prior.
     backend: "auto" (SDPA whenever the options reduce to it, else the explicit path; on CUDA, causal softmax with a
         per-key logit_prior [B, H or Hkv, S] that fits the Triton kernel goes to it), "sdpa", "explicit", or
         "triton": attnlab.functional.kernels.prior_attention, causal dot-product softmax with the additive mask, a
         per-key prior or none, as many keys as queries, values as wide as keys, float16 / bfloat16 / float32, no
         attn_mask, value_gate, head_mix, logit_fn, sink, dropout or weights (anything else is a one-line error);
         "flex": attnlab.functional.flex (FlexAttention: dot-product softmax with the additive mask, causal or not, a
-        logit_prior per key or per (i, j), a sink, GQA, a K/V cache; compiled on CUDA; no weights, dropout,
+        logit_prior per key or per (i, j), a sink, ALiBi, GQA, a K/V cache; compiled on CUDA; no weights, dropout,
         attn_mask, value_gate, head_mix or logit_fn; no backward on the CPU).
     causal with more keys than queries (S > T, decoding with a K/V cache): query i sits at position S - T + i and
     sees keys j <= S - T + i (attnlab.functional.masks.causal_keep).
@@ -134,6 +140,16 @@ def attention(
                              f"got {tuple(logit_prior.shape)}")
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}; allowed: {', '.join(map(repr, BACKENDS))}")
+    if alibi is not None:
+        if normalizer != "softmax" or alibi.shape != (h,):
+            raise ValueError(f"alibi needs normalizer='softmax' and slopes of shape [{h}]; got normalizer="
+                             f"{normalizer!r}, shape {tuple(alibi.shape)}")
+        if backend != "flex":  # -m_h |pos_i - j| as one more per-(i, j) prior [1, H, T, S]
+            bias = alibi_bias(alibi, t, s).to(q.dtype).unsqueeze(0)
+            if logit_prior is not None:
+                logit_prior = repeat_kv(logit_prior, h // logit_prior.shape[1])
+                logit_prior = logit_prior.unsqueeze(-2) if logit_prior.dim() == 3 else logit_prior
+            logit_prior, alibi = bias if logit_prior is None else logit_prior + bias, None
     if backend == "triton" or (backend == "auto" and q.device.type == "cuda" and logit_prior is not None
                                and logit_prior.dim() == 3):
         misfits = triton_misfits(causal=causal, kernel=kernel, normalizer=normalizer, mask_form=mask_form,
@@ -166,7 +182,8 @@ def attention(
                              f"backend='auto', 'sdpa' or 'explicit'")
         from .flex import flex_attention_scores
 
-        return flex_attention_scores(q, k, v, causal=causal, scale=scale / temperature, prior=logit_prior, sink=sink)
+        return flex_attention_scores(q, k, v, causal=causal, scale=scale / temperature, prior=logit_prior, sink=sink,
+                                     alibi=alibi)
     if logit_prior is not None:
         logit_prior = repeat_kv(logit_prior, h // logit_prior.shape[1])  # [B, H, S] or [B, H, T, S]
         logit_prior = logit_prior.unsqueeze(-2) if logit_prior.dim() == 3 else logit_prior  # [B, H, 1 or T, S]

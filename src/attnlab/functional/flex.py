@@ -8,7 +8,9 @@ arXiv:2412.05496) compiles a score modifier and a mask into one fused kernel: th
 by one index, p[b, h // div, kv] or p[b, h // div, q, kv], and the causal mask becomes a block mask, so no
 [B, H, T, S] float mask is built. A learned sink (attnlab.mechanisms.sink) is one more key, as on the SDPA path:
 key S is zero, its score is s_h (read from the sink by one index), its value zero, and every query sees it, so the
-softmax's denominator gains exp(s_h) and nothing is added to o_i.
+softmax's denominator gains exp(s_h) and nothing is added to o_i. ALiBi (Press et al. 2022, arXiv:2108.12409) is
+computed in the score modifier from the indices, s_ij - m_h |pos_i - j| with pos_i = S - T + i: the slopes m [H] are
+read by one index and no [H, T, S] bias exists.
 
 On CUDA the call is compiled once per process (torch.compile of flex_attention). On the CPU FlexAttention runs
 unfused and has no backward pass, so this backend refuses inputs that need gradients there (one line); it is
@@ -49,14 +51,16 @@ def _causal_block_mask(t: int, s: int, keys: int, device: str):
 
 
 def flex_attention_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
-                          prior: torch.Tensor | None = None, sink: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(q k' scale + prior [+ the sink column]) v by FlexAttention; q [B, H, T, d], k, v [B, Hkv, S, d]
-    (GQA: head h reads K/V head h // (H / Hkv)); prior None, [B|1, Hp, S] or [B|1, Hp, T, S] with Hp dividing H;
-    sink None or [H] (the sink's logits). Causal needs S >= T. Returns [B, H, T, dv]."""
+                          prior: torch.Tensor | None = None, sink: torch.Tensor | None = None,
+                          alibi: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q k' scale + prior - m_h |pos_i - j| [+ the sink column]) v by FlexAttention; q [B, H, T, d], k, v
+    [B, Hkv, S, d] (GQA: head h reads K/V head h // (H / Hkv)); prior None, [B|1, Hp, S] or [B|1, Hp, T, S] with Hp
+    dividing H; sink None or [H] (the sink's logits); alibi None or the slopes m [H] (pos_i = S - T + i). Causal
+    needs S >= T. Returns [B, H, T, dv]."""
     from torch.nn.attention.flex_attention import flex_attention
 
     if q.device.type != "cuda" and torch.is_grad_enabled() and any(
-            x is not None and x.requires_grad for x in (q, k, v, prior, sink)):
+            x is not None and x.requires_grad for x in (q, k, v, prior, sink, alibi)):
         raise ValueError(f"backend='flex' has no backward pass on {q.device.type} (FlexAttention's limit): run it "
                          f"on CUDA, under torch.no_grad(), or use backend='auto'")
     b, h, t, _ = q.shape
@@ -73,6 +77,8 @@ def flex_attention_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
     def score(x, bi, hi, qi, ki):
         if prior is not None:
             x = x + (prior[bi, hi // div, ki] if prior.dim() == 3 else prior[bi, hi // div, qi, ki]).to(x.dtype)
+        if alibi is not None:  # -m_h |pos_i - j|: integer positions, exact before the one rounding to x's dtype
+            x = x - alibi[hi].to(x.dtype) * (qi + (s - t) - ki).abs().to(x.dtype)
         if sink is not None:
             x = torch.where(ki == s, sink[hi].to(x.dtype), x)
         return x
@@ -85,6 +91,6 @@ def flex_attention_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
         v = torch.nn.functional.pad(v, (0, max(0, MIN_HEAD_DIM - dv)))
     mask = _causal_block_mask(t, s, keys, str(q.device)) if causal else None
     run = _compiled() if q.device.type == "cuda" else flex_attention
-    out = run(q, k, v, score_mod=score if prior is not None or sink is not None else None, block_mask=mask,
+    out = run(q, k, v, score_mod=score if any(x is not None for x in (prior, sink, alibi)) else None, block_mask=mask,
               scale=scale, enable_gqa=k.shape[1] != h)
     return out[..., :dv]

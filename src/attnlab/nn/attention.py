@@ -16,7 +16,7 @@ from ..mechanisms.heads.functional import cascade_logits
 from ..mechanisms.magnitude.names import GATE_ALIASES
 from ..mechanisms.magnitude.reference import PRIOR_FLOOR
 from ..mechanisms.magnitude.prefix_blocks import lowrank_prefix_attention
-from ..functional.positional import alibi_bias, alibi_slopes
+from ..functional.positional import alibi_slopes
 from ..functional.scores import default_scale, qk_normalize
 from .kv_cache import LayerKV
 from ..mechanisms.heads.module import HeadMLP, MoHRouter, TalkingHeads
@@ -185,7 +185,7 @@ class Attention(nn.Module):
         return lowrank_prefix_attention(q, k, v, phi, lam, c, gate.beta, gate.gamma, gate=gate.gate_form, scale=scale,
                                         block=block)
 
-    def _differential(self, q, k, v, scale, logit_prior, path, return_weights):
+    def _differential(self, q, k, v, scale, logit_prior, alibi, path, return_weights):
         """Differential attention (Ye et al. 2024, arXiv:2410.05258): the maps A1 = softmax(Q1 K1' s), A2 =
         softmax(Q2 K2' s) of the heads' halves, s = 1/sqrt(d/2) by default, each one attention call (SDPA when the
         route allows), then (1 - lambda_init) RMSNorm(A1 V - lambda A2 V) per head. Weights: A1 - lambda A2."""
@@ -193,7 +193,7 @@ class Attention(nn.Module):
         outs = [attention(qh, kh, v, causal=cfg.causal, scale=scale, temperature=cfg.temperature,
                           normalizer=cfg.normalizer, mask_form=cfg.mask_form, backend=path,
                           dropout_p=self.attn_dropout if self.training else 0.0, return_weights=return_weights,
-                          logit_prior=logit_prior) for qh, kh in ((q1, k1), (q2, k2))]
+                          logit_prior=logit_prior, alibi=alibi) for qh, kh in ((q1, k1), (q2, k2))]
         if not return_weights:
             return self.differential(*outs)
         (o1, w1), (o2, w2) = outs
@@ -261,9 +261,9 @@ class Attention(nn.Module):
                 v = v * g.unsqueeze(-1)  # Attn(Q, K, Gate o V)   (Magnitude Attention write-up, step 3)
         if cfg.count_prior:  # softmax(z_ij - log c_ij), added to a magnitude prior where there is one
             logit_prior = add_priors(logit_prior, count_prior.to(v.dtype), self.n_head)
-        if cfg.alibi:  # softmax(z_ij - m_h |i - j|) (ALiBi, arXiv:2108.12409), added to any other prior
-            bias = alibi_bias(self.alibi_slopes, x.shape[1], offset + x.shape[1]).to(v.dtype)  # [H, T, S]
-            logit_prior = add_priors(logit_prior, bias.unsqueeze(0), self.n_head)
+        # softmax(z_ij - m_h |pos_i - j|) (ALiBi, arXiv:2108.12409): attention() adds it to any other prior, or
+        # computes it inside FlexAttention's kernel
+        alibi = self.alibi_slopes if cfg.alibi else None
         if rope is not None and self.differential is not None:  # each half of a head rotated on its own (d/2 wide)
             q, k = whole(rope(halves(q), offset)), whole(rope(halves(k), 0 if latent_cache else offset))
         elif rope is not None:
@@ -285,7 +285,7 @@ class Attention(nn.Module):
         elif cfg.selective:  # softmax(z - F), F from head 0's ReLU logits of earlier queries (arXiv:2410.02703)
             logit_fn = select_logits
         if self.differential is not None:
-            out = self._differential(q, k, v, scale, logit_prior, how.path, return_weights)
+            out = self._differential(q, k, v, scale, logit_prior, alibi, how.path, return_weights)
         elif factors is not None:
             out = self._prefix_blocks(q, k, v, factors, (default_scale(q.shape[-1]) if scale is None else scale)
                                       / cfg.temperature, fused=how.path == "triton")
@@ -297,7 +297,7 @@ class Attention(nn.Module):
                 dropout_p=self.attn_dropout if self.training else 0.0, return_weights=return_weights,
                 value_gate=value_gate, logit_prior=logit_prior,
                 head_mix=None if self.talking is None else self.talking(),
-                logit_fn=logit_fn, sink=None if self.sink is None else self.sink.logit,
+                logit_fn=logit_fn, sink=None if self.sink is None else self.sink.logit, alibi=alibi,
             )
         out, weights = out if return_weights else (out, None)
         aux_loss = None
