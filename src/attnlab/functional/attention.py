@@ -32,6 +32,18 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
 
 
+def add_priors(a: torch.Tensor | None, b: torch.Tensor, n_head: int) -> torch.Tensor:
+    """a + b for two additive logit priors, each [B|1, heads, S] (per key) or [B|1, heads, T, S] (per (i, j)) with 1,
+    n_kv_head or n_head heads: a per-key prior is read as the same row for every query, and K/V heads are repeated
+    to n_head where the other prior has n_head of them (repeat_kv's order). a None: b."""
+    if a is None:
+        return b
+    a, b = (x.unsqueeze(-2) if x.dim() == 3 else x for x in (a, b))
+    if 1 != a.shape[1] != b.shape[1] != 1:
+        a, b = (repeat_kv(x, n_head // x.shape[1]) for x in (a, b))
+    return a + b
+
+
 def mix_heads(x: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
     """Talking heads: y_g = sum_h x_h P[h, g] over the head axis 1 of x [B, H, T, S]; mix P [H, H]
     (attnlab.mechanisms.heads)."""
@@ -145,11 +157,8 @@ def attention(
             raise ValueError(f"alibi needs normalizer='softmax' and slopes of shape [{h}]; got normalizer="
                              f"{normalizer!r}, shape {tuple(alibi.shape)}")
         if backend != "flex":  # -m_h |pos_i - j| as one more per-(i, j) prior [1, H, T, S]
-            bias = alibi_bias(alibi, t, s).to(q.dtype).unsqueeze(0)
-            if logit_prior is not None:
-                logit_prior = repeat_kv(logit_prior, h // logit_prior.shape[1])
-                logit_prior = logit_prior.unsqueeze(-2) if logit_prior.dim() == 3 else logit_prior
-            logit_prior, alibi = bias if logit_prior is None else logit_prior + bias, None
+            logit_prior = add_priors(logit_prior, alibi_bias(alibi, t, s).to(q.dtype).unsqueeze(0), h)
+            alibi = None
     if backend == "triton" or (backend == "auto" and q.device.type == "cuda" and logit_prior is not None
                                and logit_prior.dim() == 3):
         misfits = triton_misfits(causal=causal, kernel=kernel, normalizer=normalizer, mask_form=mask_form,

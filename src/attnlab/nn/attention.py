@@ -11,7 +11,7 @@ from torch import nn
 from ..attention_config import prefix_block, route, say_route
 from ..config import AttentionConfig
 from ..errors import ConfigError
-from ..functional.attention import attention, repeat_kv
+from ..functional.attention import add_priors, attention, repeat_kv
 from ..mechanisms.heads.functional import cascade_logits
 from ..mechanisms.magnitude.names import GATE_ALIASES
 from ..mechanisms.magnitude.reference import PRIOR_FLOOR
@@ -41,18 +41,6 @@ class LayerOutput(NamedTuple):
     weights: torch.Tensor | None = None
     logits: torch.Tensor | None = None
     aux_loss: torch.Tensor | None = None
-
-
-def add_priors(a: torch.Tensor | None, b: torch.Tensor, n_head: int) -> torch.Tensor:
-    """a + b for two additive logit priors, each [B|1, heads, S] (per key) or [B|1, heads, T, S] (per (i, j)) with 1,
-    n_kv_head or n_head heads: a per-key prior is read as the same row for every query, and K/V heads are repeated
-    to n_head where the other prior has n_head of them (repeat_kv's order). a None: b."""
-    if a is None:
-        return b
-    a, b = (x.unsqueeze(-2) if x.dim() == 3 else x for x in (a, b))
-    if 1 != a.shape[1] != b.shape[1] != 1:
-        a, b = (repeat_kv(x, n_head // x.shape[1]) for x in (a, b))
-    return a + b
 
 
 class Attention(nn.Module):
