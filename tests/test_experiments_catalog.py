@@ -131,10 +131,11 @@ def test_the_mqar_parts_with_other_positions_differ_from_them_only_in_positions(
 
 @pytest.mark.parametrize("name, pos, grid, variant", [("dilution-rope-lm", "rope", "dilution-lm-2", "selective"),
                                                      ("dilution-alibi-lm", "alibi", "dilution-lm-2", "selective"),
-                                                     ("dilution-rope-lm-2", "rope", "dilution-lm-4", "stick-breaking")])
+                                                     ("dilution-rope-lm-2", "rope", "dilution-lm-4", "stick-breaking"),
+                                                     ("dilution-nope-lm", "none", "dilution-lm-4", "stick-breaking")])
 def test_the_language_models_positional_controls_differ_from_its_grid_only_in_positions(name, pos, grid, variant):
     """dilution-rope-lm and dilution-alibi-lm run standard and selective with RoPE and with ALiBi, dilution-rope-lm-2
-    standard and stick-breaking with RoPE; every other setting, the seeds and the primary metric are the dilution-lm
+    and dilution-nope-lm standard and stick-breaking with RoPE and without positions; every other setting, the seeds and the primary metric are the dilution-lm
     parts'. The two RoPE parts share standard's runs, so their standard configurations are the same."""
     lm, control = load_experiment(grid), load_experiment(name)
     assert control.base_config().model.pos_encoding == pos != lm.base_config().model.pos_encoding
