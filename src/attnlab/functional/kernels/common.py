@@ -29,6 +29,19 @@ def online_softmax_step(s2, m_i, l_i, acc, v, PRECISION: tl.constexpr):
     return m_new, l_i, acc
 
 
+@triton.jit
+def load_tile(ptr, rows, stride, cols, rows_ok, cols_ok):
+    """The tile x[rows, cols] [len(rows), len(cols)] of a row-major array at ptr (row r at ptr + r * stride, its
+    elements consecutive), zero outside rows_ok x cols_ok (the padding of a partial block adds nothing to a dot)."""
+    return tl.load(ptr + rows[:, None] * stride + cols[None, :], mask=rows_ok[:, None] & cols_ok[None, :], other=0.0)
+
+
+@triton.jit
+def load_tile_t(ptr, rows, stride, cols, rows_ok, cols_ok):
+    """:func:`load_tile` transposed as it loads: x[rows, cols]' [len(cols), len(rows)]."""
+    return tl.load(ptr + rows[None, :] * stride + cols[:, None], mask=rows_ok[None, :] & cols_ok[:, None], other=0.0)
+
+
 def check_qkv(fail: Callable[[str], None], q, k, v, scale) -> None:
     """One-line errors (through ``fail``) for q [B, H, T, D], k, v [B, Hkv, T, D] and a scale the kernels do not
     take: 4-D tensors of one float dtype on one device, Hkv dividing H, 1 <= D <= MAX_HEAD_DIM, T >= 1, fewer than

@@ -42,8 +42,8 @@ import triton.language as tl
 
 from . import available
 from ...switches import MAGNITUDE_GATES as GATES  # the value gates of attnlab.mechanisms.magnitude.reference.gate
-from .common import (LOG2E, backward_tiles, block_sizes, check_qkv, factor_precision, online_softmax_gated_step,
-                     online_softmax_step, precision)
+from .common import (LOG2E, backward_tiles, block_sizes, check_qkv, factor_precision, load_tile, load_tile_t,
+                     online_softmax_gated_step, online_softmax_step, precision)
 
 __all__ = ["GATES", "LowrankPrefixAttention", "MAX_RANK", "lowrank_gate_attention", "lowrank_prior_attention"]
 
@@ -98,11 +98,10 @@ def _forward_kernel(Q, K, V, C, PHI, LAM, BG, O, LSE2,
     row_ok = offs_m < T
     d_ok = offs_d < D
     r_ok = offs_r < R
-    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :],
-                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    q = load_tile(Q + b * sqb + h * sqh, offs_m, sqt, offs_d, row_ok, d_ok)
     f_base = b * sfb + hf * sfh
-    c = tl.load(C + f_base + offs_m[:, None] * R + offs_r[None, :], mask=row_ok[:, None] & r_ok[None, :],
-                other=0.0)  # [BLOCK_M, BLOCK_R], zero beyond r: the padding adds nothing to c_i . phi_j
+    # [BLOCK_M, BLOCK_R], zero beyond r: the padding adds nothing to c_i . phi_j
+    c = load_tile(C + f_base, offs_m, R, offs_r, row_ok, r_ok)
     k_base = K + b * skb + hk * skh
     v_base = V + b * svb + hk * svh
     lam_base = LAM + b * slb + hf * slh
@@ -115,12 +114,9 @@ def _forward_kernel(Q, K, V, C, PHI, LAM, BG, O, LSE2,
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         col_ok = offs_n < T
-        k_t = tl.load(k_base + offs_n[None, :] * skt + offs_d[:, None],
-                      mask=col_ok[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_N]
-        v = tl.load(v_base + offs_n[:, None] * svt + offs_d[None, :],
-                    mask=col_ok[:, None] & d_ok[None, :], other=0.0)
-        phi_t = tl.load(PHI + f_base + offs_n[None, :] * R + offs_r[:, None],
-                        mask=col_ok[None, :] & r_ok[:, None], other=0.0)  # [BLOCK_R, BLOCK_N]
+        k_t = load_tile_t(k_base, offs_n, skt, offs_d, col_ok, d_ok)  # [BLOCK_D, BLOCK_N]
+        v = load_tile(v_base, offs_n, svt, offs_d, col_ok, d_ok)
+        phi_t = load_tile_t(PHI + f_base, offs_n, R, offs_r, col_ok, r_ok)  # [BLOCK_R, BLOCK_N]
         inv_lam = 1.0 / tl.load(lam_base + offs_n, mask=col_ok, other=1.0)
         prior2, m, _ = _prior_tile(c, phi_t, inv_lam[None, :], floor, FACTORS)
         s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2
@@ -157,8 +153,8 @@ def _dkdv_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DK, DV, DPHI, DLAM,
     d_ok = offs_d < D
     r_ok = offs_r < R
     kv_mask = col_ok[:, None] & d_ok[None, :]
-    k = tl.load(K + b * skb + hk * skh + offs_n[:, None] * skt + offs_d[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(V + b * svb + hk * svh + offs_n[:, None] * svt + offs_d[None, :], mask=kv_mask, other=0.0)
+    k = load_tile(K + b * skb + hk * skh, offs_n, skt, offs_d, col_ok, d_ok)
+    v = load_tile(V + b * svb + hk * svh, offs_n, svt, offs_d, col_ok, d_ok)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     beta = tl.load(BG)
@@ -168,26 +164,19 @@ def _dkdv_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DK, DV, DPHI, DLAM,
         h = hk * GROUP + member
         bh = b * HKV * GROUP + h
         f_base = b * sfb + (h // F_DIV) * sfh
-        phi = tl.load(PHI + f_base + offs_n[:, None] * R + offs_r[None, :], mask=col_ok[:, None] & r_ok[None, :],
-                      other=0.0)  # [BLOCK_N, BLOCK_R]
+        phi = load_tile(PHI + f_base, offs_n, R, offs_r, col_ok, r_ok)  # [BLOCK_N, BLOCK_R]
         inv_lam = 1.0 / tl.load(LAM + b * slb + (h // F_DIV) * slh + offs_n, mask=col_ok, other=1.0)
         dphi = tl.zeros([BLOCK_N, BLOCK_R], dtype=tl.float32)
         dlam = tl.zeros([BLOCK_N], dtype=tl.float32)  # sum_i dM_ij M_ij
         for start_m in range(lo, T, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
             row_ok = offs_m < T
-            q_t = tl.load(Q + b * sqb + h * sqh + offs_m[None, :] * sqt + offs_d[:, None],
-                          mask=row_ok[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_M]
-            do_t = tl.load(DO + b * sdb + h * sdh + offs_m[None, :] * sdt + offs_d[:, None],
-                           mask=row_ok[None, :] & d_ok[:, None], other=0.0)
-            do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdt + offs_d[None, :],
-                         mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-            q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :],
-                        mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-            c = tl.load(C + f_base + offs_m[:, None] * R + offs_r[None, :], mask=row_ok[:, None] & r_ok[None, :],
-                        other=0.0)  # [BLOCK_M, BLOCK_R]
-            c_t = tl.load(C + f_base + offs_m[None, :] * R + offs_r[:, None], mask=row_ok[None, :] & r_ok[:, None],
-                          other=0.0)  # [BLOCK_R, BLOCK_M]
+            q_t = load_tile_t(Q + b * sqb + h * sqh, offs_m, sqt, offs_d, row_ok, d_ok)  # [BLOCK_D, BLOCK_M]
+            do_t = load_tile_t(DO + b * sdb + h * sdh, offs_m, sdt, offs_d, row_ok, d_ok)
+            do = load_tile(DO + b * sdb + h * sdh, offs_m, sdt, offs_d, row_ok, d_ok)
+            q = load_tile(Q + b * sqb + h * sqh, offs_m, sqt, offs_d, row_ok, d_ok)
+            c = load_tile(C + f_base, offs_m, R, offs_r, row_ok, r_ok)  # [BLOCK_M, BLOCK_R]
+            c_t = load_tile_t(C + f_base, offs_m, R, offs_r, row_ok, r_ok)  # [BLOCK_R, BLOCK_M]
             lse2 = tl.load(LSE2 + bh * T + offs_m, mask=row_ok, other=0.0)
             delta = tl.load(DELTA + bh * T + offs_m, mask=row_ok, other=0.0)
             prior2_t, m_t, w_t = _prior_tile(phi, c_t, inv_lam[:, None], floor, FACTORS)  # M_ij at [j, i]
@@ -241,9 +230,9 @@ def _dq_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DQ, DC, DBETA, DGAMMA,
     q_mask = row_ok[:, None] & d_ok[None, :]
     c_mask = row_ok[:, None] & r_ok[None, :]
     f_base = b * sfb + (h // F_DIV) * sfh
-    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :], mask=q_mask, other=0.0)
-    do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdt + offs_d[None, :], mask=q_mask, other=0.0)
-    c = tl.load(C + f_base + offs_m[:, None] * R + offs_r[None, :], mask=c_mask, other=0.0)
+    q = load_tile(Q + b * sqb + h * sqh, offs_m, sqt, offs_d, row_ok, d_ok)
+    do = load_tile(DO + b * sdb + h * sdh, offs_m, sdt, offs_d, row_ok, d_ok)
+    c = load_tile(C + f_base, offs_m, R, offs_r, row_ok, r_ok)
     lse2 = tl.load(LSE2 + pid_bh * T + offs_m, mask=row_ok, other=0.0)
     delta = tl.load(DELTA + pid_bh * T + offs_m, mask=row_ok, other=0.0)
     k_base = K + b * skb + hk * skh
@@ -259,15 +248,11 @@ def _dq_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DQ, DC, DBETA, DGAMMA,
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         col_ok = offs_n < T
-        k = tl.load(k_base + offs_n[:, None] * skt + offs_d[None, :], mask=col_ok[:, None] & d_ok[None, :], other=0.0)
-        k_t = tl.load(k_base + offs_n[None, :] * skt + offs_d[:, None], mask=col_ok[None, :] & d_ok[:, None],
-                      other=0.0)
-        v_t = tl.load(v_base + offs_n[None, :] * svt + offs_d[:, None], mask=col_ok[None, :] & d_ok[:, None],
-                      other=0.0)
-        phi = tl.load(PHI + f_base + offs_n[:, None] * R + offs_r[None, :], mask=col_ok[:, None] & r_ok[None, :],
-                      other=0.0)  # [BLOCK_N, BLOCK_R]
-        phi_t = tl.load(PHI + f_base + offs_n[None, :] * R + offs_r[:, None], mask=col_ok[None, :] & r_ok[:, None],
-                        other=0.0)  # [BLOCK_R, BLOCK_N]
+        k = load_tile(k_base, offs_n, skt, offs_d, col_ok, d_ok)
+        k_t = load_tile_t(k_base, offs_n, skt, offs_d, col_ok, d_ok)
+        v_t = load_tile_t(v_base, offs_n, svt, offs_d, col_ok, d_ok)
+        phi = load_tile(PHI + f_base, offs_n, R, offs_r, col_ok, r_ok)  # [BLOCK_N, BLOCK_R]
+        phi_t = load_tile_t(PHI + f_base, offs_n, R, offs_r, col_ok, r_ok)  # [BLOCK_R, BLOCK_N]
         inv_lam = 1.0 / tl.load(lam_base + offs_n, mask=col_ok, other=1.0)
         prior2, m, w = _prior_tile(c, phi_t, inv_lam[None, :], floor, FACTORS)
         s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2

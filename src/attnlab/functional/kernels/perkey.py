@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from . import available
-from .common import LOG2E, block_sizes, check_qkv, online_softmax_step, precision
+from .common import LOG2E, block_sizes, check_qkv, load_tile, load_tile_t, online_softmax_step, precision
 
 __all__ = ["PriorAttention", "prior_attention"]
 
@@ -52,8 +52,7 @@ def _forward_kernel(Q, K, V, P, O, LSE2,
     offs_d = tl.arange(0, BLOCK_D)
     row_ok = offs_m < T
     d_ok = offs_d < D
-    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :],
-                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    q = load_tile(Q + b * sqb + h * sqh, offs_m, sqt, offs_d, row_ok, d_ok)
     k_base = K + b * skb + hk * skh
     v_base = V + b * svb + hk * svh
     p_base = P + b * spb + (h // P_DIV) * sph
@@ -64,10 +63,8 @@ def _forward_kernel(Q, K, V, P, O, LSE2,
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         col_ok = offs_n < T
-        k_t = tl.load(k_base + offs_n[None, :] * skt + offs_d[:, None],
-                      mask=col_ok[None, :] & d_ok[:, None], other=0.0)  # [BLOCK_D, BLOCK_N]
-        v = tl.load(v_base + offs_n[:, None] * svt + offs_d[None, :],
-                    mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+        k_t = load_tile_t(k_base, offs_n, skt, offs_d, col_ok, d_ok)  # [BLOCK_D, BLOCK_N]
+        v = load_tile(v_base, offs_n, svt, offs_d, col_ok, d_ok)
         s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2  # s2_ij = q_i . k_j * scale * log2(e)
         if HAS_PRIOR:
             p = tl.load(p_base + offs_n * spt, mask=col_ok, other=0.0).to(tl.float32)
@@ -97,8 +94,8 @@ def _dkdv_kernel(Q, K, V, P, DO, LSE2, DELTA, DK, DV, DP,
     col_ok = offs_n < T
     d_ok = offs_d < D
     kv_mask = col_ok[:, None] & d_ok[None, :]
-    k = tl.load(K + b * skb + hk * skh + offs_n[:, None] * skt + offs_d[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(V + b * svb + hk * svh + offs_n[:, None] * svt + offs_d[None, :], mask=kv_mask, other=0.0)
+    k = load_tile(K + b * skb + hk * skh, offs_n, skt, offs_d, col_ok, d_ok)
+    v = load_tile(V + b * svb + hk * svh, offs_n, svt, offs_d, col_ok, d_ok)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M  # causal: no query block before the one holding key pid_n*BLOCK_N
@@ -111,10 +108,8 @@ def _dkdv_kernel(Q, K, V, P, DO, LSE2, DELTA, DK, DV, DP,
         for start_m in range(lo, T, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
             row_ok = offs_m < T
-            q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :],
-                        mask=row_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_M, BLOCK_D], loaded once
-            do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdt + offs_d[None, :],
-                         mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+            q = load_tile(Q + b * sqb + h * sqh, offs_m, sqt, offs_d, row_ok, d_ok)  # [BLOCK_M, BLOCK_D], loaded once
+            do = load_tile(DO + b * sdb + h * sdh, offs_m, sdt, offs_d, row_ok, d_ok)
             lse2 = tl.load(LSE2 + bh * T + offs_m, mask=row_ok, other=0.0)
             delta = tl.load(DELTA + bh * T + offs_m, mask=row_ok, other=0.0)
             s2_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale2  # transposed tile: [key j, query i]
@@ -150,8 +145,8 @@ def _dq_kernel(Q, K, V, P, DO, LSE2, DELTA, DQ,
     row_ok = offs_m < T
     d_ok = offs_d < D
     q_mask = row_ok[:, None] & d_ok[None, :]
-    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :], mask=q_mask, other=0.0)
-    do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdt + offs_d[None, :], mask=q_mask, other=0.0)
+    q = load_tile(Q + b * sqb + h * sqh, offs_m, sqt, offs_d, row_ok, d_ok)
+    do = load_tile(DO + b * sdb + h * sdh, offs_m, sdt, offs_d, row_ok, d_ok)
     lse2 = tl.load(LSE2 + pid_bh * T + offs_m, mask=row_ok, other=0.0)
     delta = tl.load(DELTA + pid_bh * T + offs_m, mask=row_ok, other=0.0)
     k_base = K + b * skb + hk * skh
@@ -162,8 +157,8 @@ def _dq_kernel(Q, K, V, P, DO, LSE2, DELTA, DQ,
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         col_ok = offs_n < T
-        k = tl.load(k_base + offs_n[:, None] * skt + offs_d[None, :], mask=col_ok[:, None] & d_ok[None, :], other=0.0)
-        v = tl.load(v_base + offs_n[:, None] * svt + offs_d[None, :], mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+        k = load_tile(k_base, offs_n, skt, offs_d, col_ok, d_ok)
+        v = load_tile(v_base, offs_n, svt, offs_d, col_ok, d_ok)
         s2 = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale2
         if HAS_PRIOR:
             p = tl.load(p_base + offs_n * spt, mask=col_ok, other=0.0).to(tl.float32)
