@@ -44,6 +44,22 @@ def test_no_leak_on_flex_backend(variant, pos):
     assert max_leak(build(get_variant(variant).replace(backend="flex"), pos)) < LEAK_TOL
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("backend", ["auto", "flex"])
+@pytest.mark.parametrize("variant", ["standard", "gqa", "sink", "ssmax", "differential", "magnitude-causal-logits",
+                                     "magnitude-prefix-logits-lowrank", "count-prior", "stick-breaking", "softpick",
+                                     "selective", "rbf"])
+def test_no_leak_with_a_softcap(variant, backend):
+    """A logit softcap (attention.softcap) takes the explicit path or FlexAttention's score modifier: both stay
+    causal, for the variants whose logits it bends (those FlexAttention cannot compute are run on auto only)."""
+    cfg = get_variant(variant).replace(softcap=0.5)
+    if backend == "flex":
+        if _flex_misfits(cfg):
+            pytest.skip(f"{variant} is not a FlexAttention configuration")
+        cfg = cfg.replace(backend="flex")
+    assert max_leak(build(cfg, "rope")) < LEAK_TOL
+
+
 def test_detects_bidirectional_attention():
     from attnlab import AttentionConfig
 

@@ -199,7 +199,7 @@ def test_the_redesign_measures_hold():
 
     from attnlab import AttentionConfig
 
-    added_since = ("ssmax", "output_gate", "sink", "selective", "differential", "alibi")  # mechanisms with one on/off switch and no table of their own, added after the redesign
+    added_since = ("ssmax", "output_gate", "sink", "selective", "differential", "alibi", "softcap")  # mechanisms with one on/off switch and no table of their own, added after the redesign
     assert [f.name for f in dataclasses.fields(AttentionConfig)][17:] == list(added_since)
     page = (ROOT / "docs" / "contributing.md").read_text()
     assert "| `AttentionConfig` top-level fields | 40 | 17 " in page

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -87,6 +88,8 @@ class AttentionConfig:
     """Differential attention (Ye et al. 2024, arXiv:2410.05258): each head's weights are softmax(Q1 K1' s) - lambda softmax(Q2 K2' s), Q1, Q2 (K1, K2) the two halves of the head's query (key), s = 1/sqrt(head_dim/2); lambda = exp(lq1.lk1) - exp(lq2.lk2) + lambda_init per layer, lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1)); each head's output RMS-normalised and times 1 - lambda_init (attnlab.mechanisms.differential). Two SDPA calls, so it keeps the fused path and the K/V cache; RoPE rotates each half. Needs softmax over dot-product logits, heads.mix='concat', no magnitude table, qk_norm='off' and an even head_dim; composes with GQA, the count prior and ssmax (both maps)."""
     alibi: bool = False
     """ALiBi (Press, Smith and Lewis 2022, arXiv:2108.12409): -m_h |i - j| added to head h's logits, the slopes m_h = 2^(-8h/n) fixed per head (attnlab.functional.positional.alibi_slopes), in place of position embeddings. Set by the model's `pos_encoding = "alibi"` (leave it unset in a GPT); a per-(i, j) logit prior, so it keeps SDPA (a float mask) and the K/V cache and adds to a magnitude or count prior; needs normalizer='softmax'."""
+    softcap: float | None = None
+    """Logit soft-capping (Gemma 2, Team Gemma 2024, arXiv:2408.00118): z -> c tanh(z / c) on the kernel's logits (after the scale, temperature, QK-norm and SSMax), before any prior, mask or normaliser, so every logit stays inside (-c, c); `None`: off. No fused SDPA or Triton kernel computes it: the explicit path, or FlexAttention's score modifier (backend 'flex'); not with the low-rank prefix blocks."""
 
     def __post_init__(self):
         for name in ("n_head", "n_kv_head"):
@@ -132,6 +135,11 @@ class AttentionConfig:
                               f"kernel={self.kernel!r}, normalizer={self.normalizer!r}, mask_form={self.mask_form!r} "
                               f"(allowed: kernel='dot', normalizer='softmax', mask_form='additive')")
         self._check_selective()
+        if self.softcap is not None:
+            check_number("attention.softcap", self.softcap, low=0.0, low_open=True)
+            if not math.isfinite(self.softcap):
+                raise ConfigError(f"attention.softcap={self.softcap!r} must be finite (the cap c of c tanh(z / c)), "
+                                  f"or unset for no cap")
         if not isinstance(self.alibi, bool):
             raise ConfigError(f"attention.alibi={self.alibi!r} must be true or false")
         if self.alibi and self.normalizer != "softmax":
@@ -146,6 +154,7 @@ class AttentionConfig:
             extra += f", heads.mix={self.heads.mix!r} (logits mixed across heads)" if self.heads.mix in LOGIT_MIXES \
                 else ""
             extra += ", selective=true (head 0's selection subtracted at each (i, j))" if self.selective else ""
+            extra += f", softcap={self.softcap} (c tanh(z / c) on the logits)" if self.softcap is not None else ""
             raise ConfigError(
                 f"attention.backend='sdpa' cannot compute normalizer={self.normalizer!r}, "
                 f"mask_form={self.mask_form!r}{extra}; use backend='auto' or 'explicit'"
@@ -360,12 +369,12 @@ ROUTES = ("sdpa", "explicit", "prefix_blocks", "triton", "flex")
 GPU_MIN_BLOCK = 256  # magnitude.block=None on a device other than the CPU: at least this many queries per block
 LOWRANK_KERNEL_MAX_RANK = 64  # attnlab.functional.kernels.lowrank.MAX_RANK (not imported: it needs triton)
 FLEX_CONFIG = ("kernel='dot', normalizer='softmax', mask_form='additive', any magnitude form as a logit prior or a "
-               "per-key value gate, count_prior, sink, ssmax, differential, no selective attention, heads.mix 'concat' "
-               "or 'moh'")
+               "per-key value gate, count_prior, sink, ssmax, differential, alibi, softcap, no selective attention, "
+               "heads.mix 'concat' or 'moh'")
 TRITON_CONFIG = ("causal=true, kernel='dot', normalizer='softmax', mask_form='additive', magnitude 'off', a per-key "
                  "form ('causal', 'global') or the low-rank prefix form (form 'prefix', solver 'lowrank', rank <= 64; "
                  "the prior or the value gate), count_prior=false, sink=false, selective=false, heads.mix 'concat' or "
-                 "'moh', differential=false, alibi=false")
+                 "'moh', differential=false, alibi=false, softcap unset")
 
 
 def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool = False, device: str | None = None,
@@ -384,22 +393,23 @@ def route(cfg: "AttentionConfig", *, return_weights: bool = False, dropout: bool
       'lowrank', rank <= 64: attnlab.functional.kernels.lowrank_prior_attention for the prior,
       lowrank_gate_attention for the value gate) and nothing the kernels do not compute (:data:`TRITON_CONFIG`);
     - "prefix_blocks" for the prefix magnitude form with the low-rank solver inside causal dot-product softmax with
-      the additive mask, no head mixing inside the softmax, no count prior, no sink, no selective attention, no ALiBi and
-      backend "auto";
+      the additive mask, no head mixing inside the softmax, no count prior, no sink, no selective attention, no ALiBi, no
+      softcap and backend "auto";
     - "flex" for backend "flex" (FlexAttention; the configurations of :data:`FLEX_CONFIG`);
     - else "sdpa" whenever the options reduce to softmax(q k' s + mask) v (attnlab.functional.attention.uses_sdpa:
       a per-key magnitude gate on v and any logit prior keep it; the per-(i, j) value gate, logits mixed across
-      heads and selective attention's penalty from head 0 do not) and backend is not "explicit";
+      heads, selective attention's penalty from head 0 and a softcap do not) and backend is not "explicit";
     - else "explicit".
     """
     logit_mix = cfg.heads.mix in LOGIT_MIXES
     m = cfg.magnitude
     blocks = (_form(cfg) == "prefix" and m.solver == LOWRANK and not cfg.count_prior and not cfg.sink and cfg.causal
               and cfg.kernel == "dot" and cfg.normalizer == "softmax" and cfg.mask_form == "additive"
-              and cfg.backend == "auto" and not logit_mix and not cfg.selective and not cfg.alibi)
+              and cfg.backend == "auto" and not logit_mix and not cfg.selective and not cfg.alibi
+              and cfg.softcap is None)
     value_gate = _form(cfg) == "prefix" and m.apply == "values"
     reducible = uses_sdpa(normalizer=cfg.normalizer, causal=cfg.causal, mask_form=cfg.mask_form,
-                          value_gate=value_gate, head_mix=logit_mix or cfg.selective)
+                          value_gate=value_gate, head_mix=logit_mix or cfg.selective, softcap=cfg.softcap is not None)
     fused = m is not None and ((m.apply == "logits" and m.form != "prefix") or _lowrank_kernel(cfg))
     dtype_fits = dtype is None or dtype in TRITON_DTYPES
     triton = cfg.backend == "triton" or (
@@ -435,7 +445,8 @@ def _triton_misfits(cfg: "AttentionConfig") -> list[str]:
          _form(cfg) != "prefix" or _lowrank_kernel(cfg)),
         ("count_prior=true (per (i, j))", not cfg.count_prior), ("sink=true", not cfg.sink),
         ("selective=true", not cfg.selective), (f"heads.mix={cfg.heads.mix!r}", cfg.heads.mix not in LOGIT_MIXES),
-        ("differential=true", not cfg.differential), ("alibi=true (per (i, j))", not cfg.alibi)) if not ok]
+        ("differential=true", not cfg.differential), ("alibi=true (per (i, j))", not cfg.alibi),
+        (f"softcap={cfg.softcap}", cfg.softcap is None)) if not ok]
 
 
 def _flex_misfits(cfg: "AttentionConfig") -> list[str]:

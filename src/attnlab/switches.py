@@ -18,44 +18,46 @@ MAGNITUDE_GATES = ("clamp", "sigmoid", "linear")  # the magnitude value gates, d
 
 
 def uses_sdpa(*, normalizer="softmax", causal=False, mask_form="additive", return_weights=False, backend="auto",
-              value_gate=False, head_mix=False):
+              value_gate=False, head_mix=False, softcap=False):
     """Whether :func:`attention` will call SDPA for these options (value_gate, head_mix: whether one is given).
 
     The one predicate for "these options reduce to softmax(q k' s + mask) v": attnlab.attention_config.route
     asks it too (a per-(i, j) value gate, the prefix magnitude form, does not reduce; a per-key gate on v does).
     A logit prior, per key or per (i, j), is an additive float mask and never changes the answer. Talking heads,
     CODA's cascade and selective attention (head_mix: a head_mix or a logit_fn is given) change the logits of all
-    heads at each (i, j) from other logits, which no fused kernel does.
+    heads at each (i, j) from other logits, which no fused kernel does. A softcap (softcap: whether one is set)
+    bends every logit, c tanh(z / c), which SDPA has no hook for.
     """
     reducible = (normalizer == "softmax" and not (causal and mask_form == "renormalize") and not return_weights
-                 and not value_gate and not head_mix)
+                 and not value_gate and not head_mix and not softcap)
     if backend == "sdpa" and not reducible:
         raise ValueError(
             f"backend='sdpa' cannot compute a normalizer other than 'softmax' (got {normalizer!r}), "
             "mask_form='renormalize', a value_gate, heads mixed inside the softmax (talking heads, CODA, selective "
-            "attention) or return weights; use backend='auto' or 'explicit'"
+            "attention), a softcap or return weights; use backend='auto' or 'explicit'"
         )
     return reducible and backend != "explicit"
 
 
 def triton_misfits(*, causal=True, kernel="dot", normalizer="softmax", mask_form="additive", return_weights=False,
-                   dropout=False, value_gate=False, head_mix=False, sink=False, pair_prior=False) -> list[str]:
+                   dropout=False, value_gate=False, head_mix=False, sink=False, pair_prior=False,
+                   softcap=False) -> list[str]:
     """What keeps these options off the Triton kernel (attnlab.functional.kernels.prior_attention), as short
     labels for a one-line error ("kernel='rbf'", "a sink"); empty when they fit. The kernel computes causal softmax(q k' s + p_j) v with a per-key log-prior p_j
     (or none) and the additive mask, nothing else: no weights returned, no dropout, no per-(i, j) gate or prior
-    (pair_prior), no logits mixed across heads, no sink column. attnlab.attention_config.route and
+    (pair_prior), no logits mixed across heads, no sink column, no softcap. attnlab.attention_config.route and
     attnlab.functional.attention.attention ask it, each adding what only it knows (keys vs queries, dtype)."""
     name = normalizer if isinstance(normalizer, str) else getattr(normalizer, "__name__", "a function")
     checks = ((f"causal={causal}", causal), (f"kernel={kernel!r}", kernel == "dot"),
               (f"normalizer={name!r}", normalizer == "softmax"), (f"mask_form={mask_form!r}", mask_form == "additive"),
               ("return_weights=True", not return_weights), ("dropout > 0", not dropout),
               ("a value_gate", not value_gate), ("heads mixed inside the softmax", not head_mix),
-              ("a sink", not sink), ("a per-(i, j) logit_prior", not pair_prior))
+              ("a sink", not sink), ("a per-(i, j) logit_prior", not pair_prior), ("a softcap", not softcap))
     return [label for label, ok in checks if not ok]
 
 
 TRITON_ALLOWED = ("causal, kernel='dot', normalizer='softmax', mask_form='additive', a per-key logit prior or none, no "
-                  "weights returned, no dropout, no value gate, head mixing or sink")
+                  "weights returned, no dropout, no value gate, head mixing, sink or softcap")
 
 
 def flex_misfits(*, kernel="dot", normalizer="softmax", mask_form="additive", return_weights=False, dropout=False,
@@ -73,4 +75,4 @@ def flex_misfits(*, kernel="dot", normalizer="softmax", mask_form="additive", re
 
 
 FLEX_ALLOWED = ("kernel='dot', normalizer='softmax', mask_form='additive', causal or not, a logit prior per key or per "
-                "(i, j) or none, a sink, ALiBi, no weights returned, no dropout, no value gate or head mixing")
+                "(i, j) or none, a sink, ALiBi, a softcap, no weights returned, no dropout, no value gate or head mixing")

@@ -82,6 +82,7 @@ def attention(
     logit_fn=None,
     sink: torch.Tensor | None = None,
     alibi: torch.Tensor | None = None,
+    softcap: float | None = None,
 ):
     """Attention over q [B, H, T, d], k [B, Hkv, S, d], v [B, Hkv, S, dv]; H must be a multiple of Hkv.
 
@@ -118,6 +119,9 @@ def attention(
         per-(i, j) prior -m_h |pos_i - j|, pos_i = S - T + i, added to the logits like logit_prior (softmax only).
         On backend "flex" it is computed inside the kernel from the positions (no [H, T, S] tensor); on the others
         it is alibi_bias(m, T, S), joined to logit_prior.
+    softcap: optional cap c > 0: the kernel's logits become c tanh(z / c) (Gemma 2, Team Gemma 2024,
+        arXiv:2408.00118), before logit_fn, head_mix, any prior or mask and the normalizer; the explicit path (SDPA
+        and the Triton kernel have no hook for it) or backend "flex" (inside its score modifier).
     backend: "auto" (SDPA whenever the options reduce to it, else the explicit path; on CUDA, causal softmax with a
         per-key logit_prior [B, H or Hkv, S] that fits the Triton kernel goes to it), "sdpa", "explicit", or
         "triton": attnlab.functional.kernels.prior_attention, causal dot-product softmax with the additive mask, a
@@ -152,6 +156,9 @@ def attention(
                              f"got {tuple(logit_prior.shape)}")
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}; allowed: {', '.join(map(repr, BACKENDS))}")
+    if softcap is not None and not (isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
+                                    and 0 < softcap < float("inf")):
+        raise ValueError(f"softcap={softcap!r}; allowed: a finite number > 0 (the cap c of c tanh(z / c)) or None")
     if alibi is not None:
         if normalizer != "softmax" or alibi.shape != (h,):
             raise ValueError(f"alibi needs normalizer='softmax' and slopes of shape [{h}]; got normalizer="
@@ -164,7 +171,8 @@ def attention(
         misfits = triton_misfits(causal=causal, kernel=kernel, normalizer=normalizer, mask_form=mask_form,
                                  return_weights=return_weights, dropout=dropout_p > 0.0,
                                  value_gate=value_gate is not None, head_mix=head_mix is not None or logit_fn is not None,
-                                 sink=sink is not None, pair_prior=logit_prior is not None and logit_prior.dim() == 4)
+                                 sink=sink is not None, pair_prior=logit_prior is not None and logit_prior.dim() == 4,
+                                 softcap=softcap is not None)
         misfits += ["an attn_mask"] if attn_mask is not None else []
         misfits += [f"{s} keys for {t} queries (a K/V cache)"] if s != t else []
         misfits += [f"values {v.shape[-1]} wide for keys {d} wide"] if v.shape[-1] != d else []
@@ -192,7 +200,7 @@ def attention(
         from .flex import flex_attention_scores
 
         return flex_attention_scores(q, k, v, causal=causal, scale=scale / temperature, prior=logit_prior, sink=sink,
-                                     alibi=alibi)
+                                     alibi=alibi, softcap=softcap)
     if logit_prior is not None:
         logit_prior = repeat_kv(logit_prior, h // logit_prior.shape[1])  # [B, H, S] or [B, H, T, S]
         logit_prior = logit_prior.unsqueeze(-2) if logit_prior.dim() == 3 else logit_prior  # [B, H, 1 or T, S]
@@ -204,7 +212,7 @@ def attention(
         raise ValueError(f"head_mix must be two [{h}, {h}] matrices, got {[tuple(m.shape) for m in head_mix]}")
     sdpa = uses_sdpa(normalizer=normalizer, causal=causal, mask_form=mask_form, return_weights=return_weights,
                      backend=backend, value_gate=value_gate is not None,
-                     head_mix=head_mix is not None or logit_fn is not None)
+                     head_mix=head_mix is not None or logit_fn is not None, softcap=softcap is not None)
     keep = causal_keep(t, s, device=q.device) if causal and not (sdpa and full) else None  # [T, S], j <= S - T + i
     keep = seen if keep is None else (keep if seen is None else keep & seen)
     if sdpa:
@@ -230,6 +238,8 @@ def attention(
 
     k, v = repeat_kv(k, h // h_kv), repeat_kv(v, h // h_kv)
     logits = (dot_logits if kernel == "dot" else rbf_logits)(q, k, scale, temperature)  # z_ij
+    if softcap is not None:
+        logits = softcap * torch.tanh(logits / softcap)  # c tanh(z_ij / c): |z_ij| < c (arXiv:2408.00118)
     if logit_fn is not None:
         logits = logit_fn(logits)
     if head_mix is not None:

@@ -10,7 +10,8 @@ by one index, p[b, h // div, kv] or p[b, h // div, q, kv], and the causal mask b
 key S is zero, its score is s_h (read from the sink by one index), its value zero, and every query sees it, so the
 softmax's denominator gains exp(s_h) and nothing is added to o_i. ALiBi (Press et al. 2022, arXiv:2108.12409) is
 computed in the score modifier from the indices, s_ij - m_h |pos_i - j| with pos_i = S - T + i: the slopes m [H] are
-read by one index and no [H, T, S] bias exists.
+read by one index and no [H, T, S] bias exists. A softcap, c tanh(z / c) (Gemma 2, arXiv:2408.00118), bends
+q . k scale first, before the rest is added.
 
 On CUDA the call is compiled once per process (torch.compile of flex_attention). On the CPU FlexAttention runs
 unfused and has no backward pass, so this backend refuses inputs that need gradients there (one line); it is
@@ -52,11 +53,11 @@ def _causal_block_mask(t: int, s: int, keys: int, device: str):
 
 def flex_attention_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
                           prior: torch.Tensor | None = None, sink: torch.Tensor | None = None,
-                          alibi: torch.Tensor | None = None) -> torch.Tensor:
+                          alibi: torch.Tensor | None = None, softcap: float | None = None) -> torch.Tensor:
     """softmax(q k' scale + prior - m_h |pos_i - j| [+ the sink column]) v by FlexAttention; q [B, H, T, d], k, v
     [B, Hkv, S, d] (GQA: head h reads K/V head h // (H / Hkv)); prior None, [B|1, Hp, S] or [B|1, Hp, T, S] with Hp
-    dividing H; sink None or [H] (the sink's logits); alibi None or the slopes m [H] (pos_i = S - T + i). Causal
-    needs S >= T. Returns [B, H, T, dv]."""
+    dividing H; sink None or [H] (the sink's logits); alibi None or the slopes m [H] (pos_i = S - T + i); softcap
+    None or c > 0, q k' scale -> c tanh(q k' scale / c) before the rest. Causal needs S >= T. Returns [B, H, T, dv]."""
     from torch.nn.attention.flex_attention import flex_attention
 
     if q.device.type != "cuda" and torch.is_grad_enabled() and any(
@@ -75,6 +76,8 @@ def flex_attention_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
         prior = prior.expand(b, *prior.shape[1:])  # a batch of 1 broadcasts (a view)
 
     def score(x, bi, hi, qi, ki):
+        if softcap is not None:  # c tanh(z / c) (arXiv:2408.00118), on q k' scale alone
+            x = softcap * torch.tanh(x / softcap)
         if prior is not None:
             x = x + (prior[bi, hi // div, ki] if prior.dim() == 3 else prior[bi, hi // div, qi, ki]).to(x.dtype)
         if alibi is not None:  # -m_h |pos_i - j|: integer positions, exact before the one rounding to x's dtype
@@ -91,6 +94,7 @@ def flex_attention_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
         v = torch.nn.functional.pad(v, (0, max(0, MIN_HEAD_DIM - dv)))
     mask = _causal_block_mask(t, s, keys, str(q.device)) if causal else None
     run = _compiled() if q.device.type == "cuda" else flex_attention
-    out = run(q, k, v, score_mod=score if any(x is not None for x in (prior, sink, alibi)) else None, block_mask=mask,
-              scale=scale, enable_gqa=k.shape[1] != h)
+    modified = any(x is not None for x in (prior, sink, alibi, softcap))
+    out = run(q, k, v, score_mod=score if modified else None, block_mask=mask, scale=scale,
+              enable_gqa=k.shape[1] != h)
     return out[..., :dv]

@@ -13,8 +13,9 @@ runs any HF causal LM with attnlab's rbf kernel, in forward and in `generate` wi
 query i of T at position S - T + i; attnlab.functional.attention handles S > T).
 
 A variant qualifies when its AttentionConfig differs from `standard` only in these switches: the kernel, the
-normalizer, the temperature, the scale, the causal mask's form, the backend, and a fixed QK-norm (`qk_norm =
-"fixed"`). Every other switch changes the projections or adds parameters (K/V head count, Q/K/V modes, low rank,
+normalizer, the temperature, the scale, the causal mask's form, the backend, a fixed QK-norm (`qk_norm =
+"fixed"`) and a logit softcap (a model's own cap, Gemma 2's `attn_logit_softcapping`, arrives as the `softcap`
+argument and is applied the same way). Every other switch changes the projections or adds parameters (K/V head count, Q/K/V modes, low rank,
 MLA, the magnitude gate, a learned QK-norm gain) and belongs to the HF model's own modules; those variants are
 refused by name with the reason (`hf_refusal`).
 
@@ -38,7 +39,8 @@ from ..registry import get_variant, variant_info, variants
 
 PREFIX = "attnlab-"
 # AttentionConfig fields that act inside the attention function (everything else changes the model's modules)
-INSIDE = ("kernel", "normalizer", "temperature", "scale", "mask_form", "backend", "qk_norm", "qk_norm_scale")
+INSIDE = ("kernel", "normalizer", "temperature", "scale", "mask_form", "backend", "qk_norm", "qk_norm_scale",
+          "softcap")
 _REASONS = {  # field -> why a variant that changes it cannot be an HF attention function
     "n_kv_head": "its K/V head count is the HF model's own (config.num_key_value_heads); use attnlab-standard",
     "q_mode": "it changes how Q, K or V are made from x, which the HF model's projections do",
@@ -82,8 +84,11 @@ def attention_function(config: AttentionConfig):
 
     def forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
         causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-        if kwargs.get("softcap") is not None:
-            raise ConfigError("attnlab attention does not implement logit soft-capping (softcap); use eager")
+        softcap = kwargs.get("softcap")  # the model's own cap (Gemma 2's attn_logit_softcapping), else the config's
+        if softcap is not None and config.softcap is not None and softcap != config.softcap:
+            raise ConfigError(f"the model caps its attention logits at softcap={softcap} and the attnlab config at "
+                              f"softcap={config.softcap}; set one of them, or the same value in both")
+        softcap = config.softcap if softcap is None else softcap
         scale = config.scale if config.scale is not None else scaling
         if config.qk_norm == "fixed":  # g cos(q, k): the gain folded into q, scale 1 (attnlab.functional.scores)
             query, key = qk_normalize(query, key, config.qk_norm_gain(query.shape[-1]))
@@ -91,7 +96,7 @@ def attention_function(config: AttentionConfig):
         out = attention(
             query, key, value, causal=bool(causal), scale=scale, temperature=config.temperature,
             kernel=config.kernel, normalizer=normalizer_fn(config.normalizer), mask_form=config.mask_form,
-            backend=config.backend,
+            backend=config.backend, softcap=softcap,
             dropout_p=dropout, attn_mask=attention_mask,
         )
         return out.transpose(1, 2).contiguous(), None  # [B, T, H, dv]; no weights returned

@@ -181,7 +181,7 @@ class Attention(nn.Module):
         outs = [attention(qh, kh, v, causal=cfg.causal, scale=scale, temperature=cfg.temperature,
                           normalizer=cfg.normalizer, mask_form=cfg.mask_form, backend=path,
                           dropout_p=self.attn_dropout if self.training else 0.0, return_weights=return_weights,
-                          logit_prior=logit_prior, alibi=alibi) for qh, kh in ((q1, k1), (q2, k2))]
+                          logit_prior=logit_prior, alibi=alibi, softcap=cfg.softcap) for qh, kh in ((q1, k1), (q2, k2))]
         if not return_weights:
             return self.differential(*outs)
         (o1, w1), (o2, w2) = outs
@@ -286,6 +286,7 @@ class Attention(nn.Module):
                 value_gate=value_gate, logit_prior=logit_prior,
                 head_mix=None if self.talking is None else self.talking(),
                 logit_fn=logit_fn, sink=None if self.sink is None else self.sink.logit, alibi=alibi,
+                softcap=cfg.softcap,
             )
         out, weights = out if return_weights else (out, None)
         aux_loss = None
