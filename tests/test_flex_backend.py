@@ -253,17 +253,19 @@ def test_gradients_on_the_cpu_are_a_one_line_error():
 
 
 @pytest.mark.skipif(not CUDA, reason="FlexAttention's backward and compiled kernels run on a GPU only")
-@pytest.mark.parametrize("variant, pos", [(v, "learned") for v in ("magnitude-causal-logits", "magnitude-prefix-logits",
-                                                                     "count-prior", "sink", "gqa")]
-                         + [("standard", "alibi"), ("magnitude-causal-logits", "alibi")])
-def test_gradients_on_cuda_equal_the_explicit_path(variant, pos):
+@pytest.mark.parametrize("variant, pos, changes", [(v, "learned", {}) for v in (
+    "magnitude-causal-logits", "magnitude-prefix-logits", "count-prior", "sink", "gqa")] + [
+    ("standard", "alibi", {}), ("magnitude-causal-logits", "alibi", {}),
+    ("gqa", "rope", {"qk_norm": "fixed", "softcap": 0.5})])  # logits up to sqrt(8) at initialisation: the cap bites
+def test_gradients_on_cuda_equal_the_explicit_path(variant, pos, changes):
     """float32 on CUDA, compiled: the logits to 1e-4 and every parameter's gradient to 1e-3 of the explicit path's
-    (float32 with TF32 off; the compiled kernel's block sums and the float32 magnitude solve round differently)."""
+    (float32 with TF32 off; the compiled kernel's block sums and the float32 magnitude solve round differently).
+    ALiBi and a softcap are computed inside the score modifier, so their gradients go through the compiled kernel."""
     torch.backends.cuda.matmul.allow_tf32 = False
     idx = torch.randint(0, VOCAB, (2, T), generator=torch.Generator().manual_seed(1)).cuda()
     results = []
     for backend in ("flex", "explicit"):
-        model = _model(get_variant(variant), backend, pos).float().cuda().train()
+        model = _model(get_variant(variant).replace(**changes), backend, pos).float().cuda().train()
         logits = model(idx)[0]
         upstream = torch.randn(logits.shape, generator=torch.Generator().manual_seed(3)).cuda()
         (logits * upstream).sum().backward()
