@@ -9,6 +9,7 @@ machine noise hits both alike (medians over --repeats):
     python benchmarks/attention_layer.py                 # batch 8, heads 8, seq 512, head_dim 64, CPU fp32
     python benchmarks/attention_layer.py --device cuda --dtype bfloat16
     python benchmarks/attention_layer.py --pos-encoding alibi --variants standard selective    # ALiBi in every layer
+    python benchmarks/attention_layer.py --softcap 30 --variants standard sink    # a logit softcap in every layer
 Prints one JSON object.
 """
 
@@ -112,6 +113,8 @@ def main(argv=None):
     p.add_argument("--variants", nargs="*", default=None, help="default: every registered variant")
     p.add_argument("--pos-encoding", default="learned", choices=POS_ENCODINGS,
                    help="the model's positions; only 'alibi' reaches the layer (a bias in every attention layer)")
+    p.add_argument("--softcap", type=float, default=None,
+                   help="attention.softcap for every variant: logits c tanh(z / c) (the reference has none)")
     args = p.parse_args(argv)
 
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
@@ -124,6 +127,7 @@ def main(argv=None):
     for name in args.variants or variants():
         cfg = GPTConfig(n_head=args.heads, n_embd=n_embd, block_size=args.seq, attention=name,
                         pos_encoding=args.pos_encoding).resolved_attention()
+        cfg = cfg if args.softcap is None else cfg.replace(softcap=args.softcap)
         layer = Attention(cfg, n_embd).to(device, dtype)
         record_magnitude_stats(layer, False)  # as in training: gate statistics only on logged steps
         path = route(cfg, device=device.type, dtype=args.dtype).path
@@ -148,7 +152,7 @@ def main(argv=None):
                 for _ in range(2))
         kr, vr = (t.repeat_interleave(args.heads // cfg.n_kv_head, 1) for t in (k, v))
         opts = dict(causal=True, kernel=cfg.kernel, normalizer=normalizer_fn(cfg.normalizer), mask_form=cfg.mask_form,
-                    temperature=cfg.temperature, scale=cfg.scale, backend=cfg.backend)
+                    temperature=cfg.temperature, scale=cfg.scale, backend=cfg.backend, softcap=cfg.softcap)
         with torch.no_grad():
             ours, ref = compare(lambda: attention(q, k, v, **opts),
                                 lambda: F.scaled_dot_product_attention(q, kr, vr, is_causal=True),
@@ -157,7 +161,7 @@ def main(argv=None):
     out = {
         "benchmark": "attention_layer",
         "shape": {"batch": args.batch, "heads": args.heads, "seq": args.seq, "head_dim": args.head_dim},
-        "pos_encoding": args.pos_encoding,
+        "pos_encoding": args.pos_encoding, "softcap": args.softcap,
         "device": str(device), "dtype": args.dtype, "torch": torch.__version__, "threads": torch.get_num_threads(),
         "machine": platform.processor() or platform.machine(), "repeats": args.repeats,
         "note": "ratio = attnlab median / raw-SDPA median in this run (causal); core references repeat K/V heads",

@@ -510,9 +510,11 @@ def bench_layer_block(stem: str) -> str:
     s = bench["shape"]
     fwd = [r["sdpa_layer_fwd_ms"] for r in bench["results"]]
     both = [r["sdpa_layer_fwd_bwd_ms"] for r in bench["results"]]
-    alibi = "ALiBi's bias in every layer (the reference has none), " if bench.get("pos_encoding") == "alibi" else ""
+    modifiers = "ALiBi's bias in every layer (the reference has none), " if bench.get("pos_encoding") == "alibi" else ""
+    if bench.get("softcap") is not None:
+        modifiers += f"logits capped at c = {bench['softcap']:g} in every layer (the reference has none), "
     return "\n".join(lines) + (
-        f"\n\nBatch {s['batch']}, {s['heads']} heads, T = {s['seq']}, head_dim {s['head_dim']}, causal, {alibi}"
+        f"\n\nBatch {s['batch']}, {s['heads']} heads, T = {s['seq']}, head_dim {s['head_dim']}, causal, {modifiers}"
         f"{bench['dtype']} on {bench['device']} ({bench['threads']} thread(s), torch {bench['torch']}), medians of "
         f"{bench['repeats']}; the raw-SDPA layer took {min(fwd):.0f}-{max(fwd):.0f} ms forward and "
         f"{min(both):.0f}-{max(both):.0f} ms forward+backward across the rows.\n")
