@@ -1,5 +1,5 @@
 """attnlab attention inside Hugging Face models: attnlab-standard against HF's own sdpa and eager
-implementations on small random Llama and GPT-2 models, with padding; generate with HF's K/V cache against
+implementations on small random Llama and GPT-2 models, with padding; Gemma 2's sliding window through HF's mask;
 generate without it; the refusals."""
 
 import pytest
@@ -103,3 +103,28 @@ def test_bad_names_and_configs_are_one_line_errors():
     with pytest.raises(ConfigError, match="magnitude gate has learned parameters"):
         register_attention(configs={"m": AttentionConfig(magnitude=MagnitudeConfig("causal"))})
     assert hf_refusal(AttentionConfig(qk_norm="fixed", normalizer="none", temperature=0.5)) is None
+
+
+def test_a_sliding_window_comes_through_hfs_mask():
+    """Gemma 2 alternates sliding-window and global layers; HF builds the window into the mask it hands the
+    attention function. With a window of 4 over 14 tokens (left-padded), attnlab-standard gives HF eager's logits,
+    and the window changes them (a window of 64 covers every token)."""
+    def gemma(impl, window):
+        torch.manual_seed(0)
+        config = transformers.Gemma2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                           head_dim=16, max_position_embeddings=64, sliding_window=window,
+                                           attn_logit_softcapping=None, final_logit_softcapping=None)
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=impl).eval()
+        with torch.no_grad():  # sharper attention on a random model, so that the hidden keys matter
+            for layer in model.model.layers:
+                layer.self_attn.q_proj.weight.mul_(50.0)
+        return model
+
+    ids, mask = _batch()
+    real = mask.bool()
+    with torch.no_grad():
+        ours, eager, wide = (gemma(impl, window)(input_ids=ids, attention_mask=mask).logits
+                             for impl, window in (("attnlab-standard", 4), ("eager", 4), ("eager", 64)))
+    torch.testing.assert_close(ours[real], eager[real], rtol=1e-5, atol=1e-5)
+    assert (eager[real] - wide[real]).abs().max() > 1e-3
