@@ -1,6 +1,6 @@
 """attnlab attention inside Hugging Face models: attnlab-standard against HF's own sdpa and eager
 implementations on small random Llama and GPT-2 models, with padding; Gemma 2's sliding window through HF's mask;
-generate without it; the refusals."""
+generate with HF's K/V cache against generate without it; the refusals."""
 
 import pytest
 import torch
