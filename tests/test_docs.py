@@ -10,6 +10,7 @@ measured ones, and CI runs what the README says.
 
 import dataclasses
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -507,3 +508,26 @@ def test_per_seed_tables_fold_and_the_rest_stays_open():
     assert generate.collapse(text, ("Final validation loss per seed",)) == (
         "#### Results\n\n| a |\n|---|\n| 1 |\n\n??? note \"Final validation loss per seed\"\n\n    | s |\n    |---|\n"
         "    | 2 |\n\n#### Gates\n\n| g |\n")
+
+
+def test_the_dilution_pages_positions_table_is_the_saved_grids():
+    """docs/dilution.md's table of the language model under three encodings: each cell's mean final validation loss
+    and its lead (minus the paired difference from standard) recomputed from results/*/results.json at 4 decimals."""
+    grids = {"learned positions": {"standard": "dilution-lm-1", "selective": "dilution-lm-2",
+                                   "stick-breaking": "dilution-lm-4"},
+             "RoPE": {"standard": "dilution-rope-lm", "selective": "dilution-rope-lm",
+                      "stick-breaking": "dilution-rope-lm-2"},
+             "ALiBi": {"standard": "dilution-alibi-lm", "selective": "dilution-alibi-lm"}}
+
+    def cell(grid, variant):
+        primary = json.loads((ROOT / "results" / grid / "results.json").read_text())["primary"]
+        row = next(r for r in primary["variants"] if r["variant"] == variant)
+        mean = f"{row['summary']['mean']:.4f}"
+        return mean if variant == "standard" else f"{mean} (lead {-row['difference']:.4f})"
+
+    columns = list(grids)
+    expected = ["| variant | " + " | ".join(columns) + " |", "|---|---|---|---|"] + [
+        f"| `{v}` | " + " | ".join(cell(grids[c][v], v) if v in grids[c] else "n/a" for c in columns) + " |"
+        for v in ("standard", "selective", "stick-breaking")]
+    page = (ROOT / "docs" / "dilution.md").read_text(encoding="utf-8")
+    assert "\n".join(expected) in page
