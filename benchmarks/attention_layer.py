@@ -10,6 +10,7 @@ machine noise hits both alike (medians over --repeats):
     python benchmarks/attention_layer.py --device cuda --dtype bfloat16
     python benchmarks/attention_layer.py --pos-encoding alibi --variants standard selective    # ALiBi in every layer
     python benchmarks/attention_layer.py --softcap 30 --variants standard sink    # a logit softcap in every layer
+    python benchmarks/attention_layer.py --device cuda --backend flex --softcap 30 --variants standard ssmax
 Prints one JSON object.
 """
 
@@ -27,6 +28,7 @@ from torch import nn
 
 from attnlab import GPTConfig, variants
 from attnlab.config import POS_ENCODINGS
+from attnlab.switches import BACKENDS
 from attnlab.attention_config import route
 from attnlab.functional import attention
 from attnlab.nn import Attention
@@ -115,6 +117,8 @@ def main(argv=None):
                    help="the model's positions; only 'alibi' reaches the layer (a bias in every attention layer)")
     p.add_argument("--softcap", type=float, default=None,
                    help="attention.softcap for every variant: logits c tanh(z / c) (the reference has none)")
+    p.add_argument("--backend", default=None, choices=BACKENDS,
+                   help="attention.backend for every variant (default: each variant's own, usually 'auto')")
     args = p.parse_args(argv)
 
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
@@ -128,6 +132,7 @@ def main(argv=None):
         cfg = GPTConfig(n_head=args.heads, n_embd=n_embd, block_size=args.seq, attention=name,
                         pos_encoding=args.pos_encoding).resolved_attention()
         cfg = cfg if args.softcap is None else cfg.replace(softcap=args.softcap)
+        cfg = cfg if args.backend is None else cfg.replace(backend=args.backend)
         layer = Attention(cfg, n_embd).to(device, dtype)
         record_magnitude_stats(layer, False)  # as in training: gate statistics only on logged steps
         path = route(cfg, device=device.type, dtype=args.dtype).path
@@ -161,7 +166,7 @@ def main(argv=None):
     out = {
         "benchmark": "attention_layer",
         "shape": {"batch": args.batch, "heads": args.heads, "seq": args.seq, "head_dim": args.head_dim},
-        "pos_encoding": args.pos_encoding, "softcap": args.softcap,
+        "pos_encoding": args.pos_encoding, "softcap": args.softcap, "backend": args.backend,
         "device": str(device), "dtype": args.dtype, "torch": torch.__version__, "threads": torch.get_num_threads(),
         "machine": platform.processor() or platform.machine(), "repeats": args.repeats,
         "note": "ratio = attnlab median / raw-SDPA median in this run (causal); core references repeat K/V heads",

@@ -10,16 +10,17 @@
 #   Then benchmarks/attention_layer.py, alone too: the layer of every variant on the dilution page in bfloat16 at
 #      T = 2048 against the raw-SDPA layer (attention_layer_dilution_bf16.json); then the whole low-rank magnitude
 #      layers (the solve plus the attention) at T = 4096, B = 4, H = 12 in bfloat16 against the same reference
-#      (attention_layer_magnitude_4096_bf16.json).
+#      (attention_layer_magnitude_4096_bf16.json); then the layer on backend 'flex' at T = 2048: standard and
+#      SSMax, a softcap, ALiBi (attention_layer_flex_bf16.json, a list of the three runs).
 #   2. At once, until the end: the GPU tests one file group after another (the Triton kernels' tests, FlexAttention's
 #      gradients, tests/test_cuda.py; tests.log), and every comparison named as an argument, each in its own
 #      benchmarks/cuda_grids.sh. An argument is NAME[=SOURCE][@JOBS]: NAME's experiment preset with JOBS runs at a
 #      time (default $GRID_JOBS or 6); with =SOURCE, the finished standard runs of results/SOURCE/ are copied into
 #      NAME's run directory first (for a part whose preset reuses an earlier part's standard runs).
 # What comes back (the device returns at most 8 files): machine.txt, kernels.json, kernels_lowrank.json,
-# attention_layer_dilution_bf16.json, attention_layer_magnitude_4096_bf16.json, tests.log,
-# grids.log (each comparison's output) and grids.tgz (every run without its checkpoints: unpack it here, then
-# `attnlab report DIR --export results/NAME`).
+# attention_layer_dilution_bf16.json, attention_layer_magnitude_4096_bf16.json, attention_layer_flex_bf16.json,
+# tests.log and, with comparisons, grids.tgz (every run without its checkpoints, and grids.log, each comparison's
+# output: unpack it here, then `attnlab report DIR --export results/NAME`).
 #     bash benchmarks/cuda_session.sh "$OUT" hijack-v2-6=hijack-v2-1-h100@10 dilution-mqar-3=dilution-mqar-1@5
 cd "$(dirname "$0")/.."
 DEST="${1:-${OUT:-cuda-out}}"; [ $# -gt 0 ] && shift; mkdir -p "$DEST"
@@ -47,6 +48,15 @@ timeout 60 python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 
   --repeats 10 --variants standard magnitude-causal-lowrank magnitude-prefix-logits-lowrank \
   > "$DEST/attention_layer_magnitude_4096_bf16.json" 2> /tmp/layer4096.err; echo "rc $?"
 tail -2 /tmp/layer4096.err
+stamp "attention_layer.py, FlexAttention's score modifiers"
+flex=(standard-ssmax "--variants standard ssmax" softcap "--softcap 30 --variants standard"
+      alibi "--pos-encoding alibi --variants standard")
+for ((n = 0; n < ${#flex[@]}; n += 2)); do
+  timeout 60 python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 --seq 2048 --repeats 10 \
+    --backend flex ${flex[n + 1]} > "/tmp/flex-${flex[n]}.json" 2> /tmp/flex.err; echo "rc $?"; tail -2 /tmp/flex.err
+done
+python3 -c "import json, sys; print(json.dumps([json.load(open(f)) for f in sys.argv[1:] if open(f).read().strip()],
+  indent=1))" /tmp/flex-*.json > "$DEST/attention_layer_flex_bf16.json"
 stamp "tests and comparisons"
 ( for group in "tests/test_prior_kernel.py tests/test_lowrank_prior_kernel.py tests/test_lowrank_gate_kernel.py" \
                "tests/test_flex_backend.py -k cuda" "tests/test_cuda.py"; do
@@ -65,7 +75,10 @@ for spec in "$@"; do
     > "$WORK.log-$i" 2>&1 &
 done
 wait
-for f in "$WORK".log-* "$WORK".out-*/*.log; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done > "$DEST/grids.log"
-[ $i -gt 0 ] && tar czf "$DEST/grids.tgz" -C "$WORK" --exclude=checkpoint .
+if [ $i -gt 0 ]; then
+  mkdir -p "$WORK"
+  for f in "$WORK".log-* "$WORK".out-*/*.log; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done > "$WORK/grids.log"
+  tar czf "$DEST/grids.tgz" -C "$WORK" --exclude=checkpoint .
+fi
 grep -E "^== |passed|failed|rc " "$DEST/tests.log" | tail -12
 stamp done
