@@ -4,7 +4,7 @@
 # give the call about 60 s more for the runs to stop and the archive to be written).
 #   1. benchmarks/kernels.py alone on the GPU: the per-key prior kernel (kernels.json), then the low-rank prefix
 #      prior and value-gate kernels (kernels_lowrank.json; the prior's kernel also with the tiles $LOWRANK_BLOCKS,
-#      default "32x32", and with the backward tiles $LOWRANK_BACKWARD_BLOCKS, default "64x16 64x32
+#      default "32x32", and with the backward tiles $LOWRANK_BACKWARD_BLOCKS, default "64x64 64x16
 #      128x16"), T = 1024, 4096, 8192, bfloat16; each file is rewritten after every length, so
 #      a timeout keeps what was measured.
 #   Then benchmarks/attention_layer.py, alone too: the layer of every variant on the dilution page in bfloat16 at
@@ -33,7 +33,7 @@ left() { echo $(( END - ($(date +%s) - t0) )); }
 for family in perkey lowrank; do
   stamp "kernels.py $family"; file="$DEST/kernels.json"; [ $family = lowrank ] && file="$DEST/kernels_lowrank.json"
   extra=""; [ $family = lowrank ] && extra="--lowrank-blocks ${LOWRANK_BLOCKS:-32x32}
-    --lowrank-backward-blocks ${LOWRANK_BACKWARD_BLOCKS:-64x16 64x32 128x16}"
+    --lowrank-backward-blocks ${LOWRANK_BACKWARD_BLOCKS:-64x64 64x16 128x16}"
   timeout 150 python3 benchmarks/kernels.py --repeats 10 --families $family $extra --out "$file" > /dev/null \
     2> /tmp/$family.err
   echo "rc $?"; tail -3 /tmp/$family.err

@@ -11,11 +11,12 @@ Routes, all causal, B = 4, H = 12, D = 64, bfloat16 by default, at T = 1024, 409
 The low-rank prefix prior (rows under "lowrank", rank --rank = 16, factors phi, c [B, H, T, r] and lam [B, H, T] in
 float32, the prior log max(M_ij, 1e-4) with M_ij = (1 - phi_j . c_i) / lam_j):
   sdpa_flash        as above: the floor (ratio 1)
-  kernel            lowrank_prior_attention(q, k, v, phi, lam, c): gradients to q, k, v, phi, lam, c
+  kernel            lowrank_prior_attention(q, k, v, phi, lam, c): gradients to q, k, v, phi, lam, c; its default
+                    tiles (the output's "kernel_backward_blocks": lowrank.CUDA_BACKWARD_BLOCKS)
   kernel_ieee_factors  the same with the factors' products in IEEE float32 on CUDA cores (its choice for float32
                     inputs) instead of TF32x3 on tensor cores (its choice for 16-bit inputs)
   kernel_MxN        the same with tiles of M queries x N keys (--lowrank-blocks MxN ...; the wrappers use 64 x 64)
-  kernel_bwd_OxI    the same with the forward's 64 x 64 and the backward kernels' own (outer, inner) tiles
+  kernel_bwd_OxI    the same with the forward's 64 x 64 and the backward kernels' (outer, inner) tiles
                     (--lowrank-backward-blocks OxI ...: the wrappers' backward_blocks=(O, I))
   sdpa_float_mask   SDPA with the dense prior as a float [B, H, T, T] mask (M built whole in the call, then the
                     causal -inf), gradients through it to the factors
@@ -275,9 +276,12 @@ def main(argv=None) -> int:
         print("benchmarks/kernels.py needs a CUDA device (torch sees none); nothing measured")
         return 0
     import triton
+
+    from attnlab.functional.kernels.lowrank import CUDA_BACKWARD_BLOCKS
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim, "dtype": args.dtype,
-              "repeats": args.repeats, "pass": "forward+backward", "rows": [], "lowrank": []}
+              "repeats": args.repeats, "pass": "forward+backward",
+              "kernel_backward_blocks": list(CUDA_BACKWARD_BLOCKS), "rows": [], "lowrank": []}
     for family, key, fn in (("perkey", "rows", measure), ("lowrank", "lowrank", measure_lowrank)):
         if family in args.families:
             for seq in args.seqs:

@@ -32,8 +32,9 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
 - ``LEADERBOARD``: every variant against every benchmark, from the comparisons in :data:`LEADERBOARD` (results/)
   (:mod:`attnlab.experiments.leaderboard`); ``python docs/generate.py`` also redraws its heatmap,
   ``results/leaderboard.png``, when it is missing or stale;
-- ``BENCH-LAYER:<stem>``: the rows of a ``benchmarks/attention_layer.py`` run saved in ``results/benchmarks/<stem>.json``:
-  each variant's layer against the raw-SDPA layer, forward and forward+backward;
+- ``BENCH-LAYER:<stem>``: the rows of a ``benchmarks/attention_layer.py`` run saved in ``results/benchmarks/<stem>.json``
+  (``BENCH-LAYER:cuda:<stem>``: in ``results/benchmarks/cuda/``): each variant's layer against the raw-SDPA layer,
+  forward and forward+backward;
 - ``BENCH-GENERATE``: the rows of ``benchmarks/generate.py`` saved in ``results/benchmarks/generate.json``;
 - ``BENCH-CUDA:<part>``: what a GPU measured, from ``results/benchmarks/cuda/``: ``path`` (benchmarks/cuda_path.py
   and train_step.py --device cuda), ``train`` (a gpt2-small run), ``long`` (magnitude.py --long), ``layer``
@@ -381,9 +382,15 @@ def bench_kernels_table(bench: dict, key: str) -> str:
     lines = [f"| route, fwd+bwd, {bench['dtype']} | " + " | ".join(f"T = {r['T']}" for r in rows) + " |",
              "|---" * (len(rows) + 1) + "|"]
     labels = dict(KERNEL_ROUTES[key])
-    for route in dict.fromkeys(name for r in rows for name in r["routes"]):  # kernel_MxN: --lowrank-blocks
-        labels.setdefault(route, f"the same, tiles of {route.removeprefix('kernel_').replace('x', ' x ')}"
-                          if route.startswith("kernel_") else route)
+    if key == "lowrank" and "kernel_backward_blocks" in bench:  # the backward tiles the wrapper chose by default
+        labels["kernel"] += ", backward tiles ({}, {})".format(*bench["kernel_backward_blocks"])
+    for route in dict.fromkeys(name for r in rows for name in r["routes"]):
+        if route.startswith("kernel_bwd_"):  # --lowrank-backward-blocks OxI: backward_blocks=(O, I)
+            labels.setdefault(route, "the same, backward tiles ({}, {})".format(*route[11:].split("x")))
+        elif route.startswith("kernel_"):  # --lowrank-blocks MxN: the forward's tiles
+            labels.setdefault(route, f"the same, tiles of {route.removeprefix('kernel_').replace('x', ' x ')}")
+        else:
+            labels.setdefault(route, route)
     for route, label in labels.items():
         cells = [r["routes"].get(route) for r in rows]
         lines.append(f"| {label} | " + " | ".join(
@@ -480,9 +487,10 @@ def bench_cuda_block(part: str) -> str:
 def layer_rows(bench: dict, core: bool, rounded: bool = False) -> list[str]:
     """The table of a ``benchmarks/attention_layer.py`` run: each variant's path and its layer's milliseconds and
     ratios to the raw-SDPA layer; with ``core``, the attention function alone against one SDPA call too; with
-    ``rounded``, milliseconds to whole numbers and ratios to two decimals (as the JSON has them otherwise)."""
+    ``rounded``, milliseconds to whole numbers (3 significant digits below 10 ms) and ratios to two decimals (as the
+    JSON has them otherwise)."""
     def ms(x):
-        return f"{x:.0f}" if rounded else f"{x}"
+        return (f"{x:.3g}" if x < 10 else f"{x:.0f}") if rounded else f"{x}"
 
     def ratio(x):
         return f"{x:.2f}x" if rounded else f"{x}x"
@@ -506,7 +514,7 @@ def bench_layer_block(stem: str) -> str:
     call where the layer's cost is all in it."""
     import json
 
-    bench = json.loads((ROOT / "results" / "benchmarks" / f"{stem}.json").read_text())
+    bench = json.loads((ROOT / "results" / "benchmarks" / f"{stem.replace(':', '/')}.json").read_text())
     lines = layer_rows(bench, core=True, rounded=True)
     s = bench["shape"]
     fwd = [r["sdpa_layer_fwd_ms"] for r in bench["results"]]
@@ -514,11 +522,18 @@ def bench_layer_block(stem: str) -> str:
     modifiers = "ALiBi's bias in every layer (the reference has none), " if bench.get("pos_encoding") == "alibi" else ""
     if bench.get("softcap") is not None:
         modifiers += f"logits capped at c = {bench['softcap']:g} in every layer (the reference has none), "
+    if bench.get("backend"):
+        modifiers += f"every variant on backend '{bench['backend']}', "
+    where = f"{bench['threads']} thread(s), " if bench["device"] == "cpu" else ""
+
+    def span(ms):  # a range of milliseconds, to 3 significant digits below 10 ms
+        return "-".join(f"{x:.3g}" if max(ms) < 10 else f"{x:.0f}" for x in (min(ms), max(ms)))
+
     return "\n".join(lines) + (
         f"\n\nBatch {s['batch']}, {s['heads']} heads, T = {s['seq']}, head_dim {s['head_dim']}, causal, {modifiers}"
-        f"{bench['dtype']} on {bench['device']} ({bench['threads']} thread(s), torch {bench['torch']}), medians of "
-        f"{bench['repeats']}; the raw-SDPA layer took {min(fwd):.0f}-{max(fwd):.0f} ms forward and "
-        f"{min(both):.0f}-{max(both):.0f} ms forward+backward across the rows.\n")
+        f"{bench['dtype']} on {bench['device']} ({where}torch {bench['torch']}), medians of "
+        f"{bench['repeats']}; the raw-SDPA layer took {span(fwd)} ms forward and "
+        f"{span(both)} ms forward+backward across the rows.\n")
 
 
 def bench_generate_block() -> str:

@@ -151,7 +151,7 @@ def test_large_ranks_odd_head_dim_and_unequal_blocks(r, d, blocks):
     check(inputs, do, blocks=dict(block_m=blocks[0], block_n=blocks[1]))
 
 
-@pytest.mark.parametrize("backward_blocks", [(32, 16), (16, 32), (64, 16)])
+@pytest.mark.parametrize("backward_blocks", [(32, 16), (16, 32), (64, 16), (64, 32)])
 def test_backward_tiles_apart_from_the_forward(backward_blocks):
     """The backward kernels with their own (outer, inner) tiles: the dK/dV kernel owns `outer` keys and steps over
     `inner` queries, the dq kernel the reverse, beside a forward of 16 x 16 (T = 40 crosses several tiles of each

@@ -45,10 +45,14 @@ from ...switches import MAGNITUDE_GATES as GATES  # the value gates of attnlab.m
 from .common import (LOG2E, backward_tiles, block_sizes, check_qkv, factor_precision, load_tile, load_tile_t,
                      online_softmax_gated_step, online_softmax_step, precision)
 
-__all__ = ["GATES", "LowrankPrefixAttention", "MAX_RANK", "lowrank_gate_attention", "lowrank_prior_attention"]
+__all__ = ["CUDA_BACKWARD_BLOCKS", "GATES", "LowrankPrefixAttention", "MAX_RANK", "lowrank_gate_attention", "lowrank_prior_attention"]
 
 MAX_RANK = 64
 _GATE_CODE = {"clamp": 1, "sigmoid": 2, "linear": 3}  # the kernels' GATE; 0 is the logit prior
+CUDA_BACKWARD_BLOCKS = (64, 32)
+"""The backward kernels' (outer, inner) tiles on CUDA when backward_blocks is None: the fastest of the tiles that
+``benchmarks/kernels.py --lowrank-backward-blocks`` timed on an H100 at every length (the speed page), where the
+forward's 64 x 64 left both backward kernels spilling registers."""
 
 
 @triton.jit
@@ -371,6 +375,8 @@ class LowrankPrefixAttention(torch.autograd.Function):
                               GATE=gate, PRECISION=prec[0], FACTORS=prec[1], BLOCK_M=block_m, BLOCK_N=block_n,
                               BLOCK_D=block_d, BLOCK_R=block_r, num_warps=4)
         ctx.save_for_backward(q, k, v, phi, lam, c, bg, o, lse2)
+        if backward_blocks is None and q.is_cuda:
+            backward_blocks = CUDA_BACKWARD_BLOCKS
         tiles = backward_tiles(_fail, backward_blocks, block_m, block_n)  # (dK/dV, dq) kernels' (BLOCK_M, BLOCK_N)
         ctx.meta = (scale, floor, gate, tiles, block_d, block_r, f_strides, f_div, prec, shapes)
         return o
@@ -434,7 +440,7 @@ def lowrank_prior_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p
     their gradients returned in their own dtypes. block_m / block_n: query / key rows per tile (powers of two, at
     least 16; 64 on CUDA and 16 elsewhere by default). backward_blocks: (outer, inner) tiles of the backward kernels
     (the dK/dV kernel owns `outer` keys and steps over `inner` queries, the dq kernel the reverse;
-    :func:`.common.backward_tiles`), or None for block_m x block_n. Runs on CUDA, or on the CPU under Triton's
+    :func:`.common.backward_tiles`), or None: :data:`CUDA_BACKWARD_BLOCKS` on CUDA, block_m x block_n elsewhere. Runs on CUDA, or on the CPU under Triton's
     interpreter (TRITON_INTERPRET=1); :func:`attnlab.functional.kernels.available` says which. Differentiable in q,
     k, v, phi, lam and c.
     """
