@@ -14,6 +14,7 @@ DEST="${1:-${OUT:-cuda-out}}"; [ $# -gt 0 ] && shift; mkdir -p "$DEST"
 GRIDS=("$@"); [ ${#GRIDS[@]} -eq 0 ] && GRIDS=(hijack-v2-1 hijack-v2-2)
 LIMIT="${GRID_TIMEOUT:-240}"  # seconds per grid
 JOBS="${GRID_JOBS:-3}"; DEVICE="${GRID_DEVICE:-cuda}"  # GRID_DEVICE=cpu tries the script out without a GPU
+VARIANTS="${GRID_VARIANTS:+--variants $GRID_VARIANTS}"  # GRID_VARIANTS="standard qk-norm": those variants only
 WORK="${GRID_WORK:-/tmp/grids}"
 source benchmarks/cuda_env.sh  # wheels from .whl/, PYTHONPATH, stamp
 attnlab() { python3 -c "import sys; from attnlab.cli import main; sys.exit(main())" "$@"; }
@@ -26,13 +27,14 @@ for grid in "${GRIDS[@]}"; do
   if [[ "$grid" == *:* ]]; then
     setting="${grid#*:}"; key="${setting%%=*}"; IFS=, read -ra values <<< "${setting#*=}"
     for value in "${values[@]}"; do
-      { bounded compare --experiment "$name" --jobs "$JOBS" --out-dir "$WORK/$name-sweep/$key=$value" \
+      { bounded compare --experiment "$name" $VARIANTS --jobs "$JOBS" --out-dir "$WORK/$name-sweep/$key=$value" \
           "$key=$value" train.device="$DEVICE"; echo "$key=$value: rc $?"; } > "$log.$value" 2>&1 &
     done
     wait; cat "$log".* > "$log"; rm -f "$log".*
     attnlab report "$WORK/$name-sweep" > /dev/null 2>> "$log"
   else
-    bounded compare --experiment "$name" --jobs "$JOBS" --out-dir "$WORK/$name" train.device="$DEVICE" > "$log" 2>&1
+    bounded compare --experiment "$name" $VARIANTS --jobs "$JOBS" --out-dir "$WORK/$name" train.device="$DEVICE" \
+      > "$log" 2>&1
     echo "rc $?" >> "$log"
   fi
   tail -3 "$log"

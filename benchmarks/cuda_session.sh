@@ -14,9 +14,12 @@
 #      SSMax, a softcap, ALiBi (attention_layer_flex_bf16.json, a list of the three runs).
 #   2. At once, until the end: the GPU tests one file group after another (the Triton kernels' tests, FlexAttention's
 #      gradients, tests/test_cuda.py; tests.log), and every comparison named as an argument, each in its own
-#      benchmarks/cuda_grids.sh. An argument is NAME[=SOURCE][@JOBS]: NAME's experiment preset with JOBS runs at a
-#      time (default $GRID_JOBS or 6); with =SOURCE, the finished standard runs of results/SOURCE/ are copied into
-#      NAME's run directory first (for a part whose preset reuses an earlier part's standard runs).
+#      benchmarks/cuda_grids.sh. An argument is NAME[=SOURCE][@JOBS][+VARIANT,...]: NAME's experiment preset with
+#      JOBS runs at a time (default $GRID_JOBS or 6); with =SOURCE, the finished standard runs of results/SOURCE/
+#      are copied into NAME's run directory first (for a part whose preset reuses an earlier part's standard runs);
+#      with +VARIANT,..., only those variants (the baseline first), so a grid too big for one call runs in parts
+#      (`attnlab compare` resumes a grid with other variants and reports the union).
+#   BENCH=0 skips step 1, for a call that only runs tests and comparisons.
 # What comes back (the device returns at most 8 files): machine.txt, kernels.json, kernels_lowrank.json,
 # attention_layer_dilution_bf16.json, attention_layer_magnitude_4096_bf16.json, attention_layer_flex_bf16.json,
 # tests.log and, with comparisons, grids.tgz (every run without its checkpoints, and grids.log, each comparison's
@@ -30,6 +33,7 @@ left() { echo $(( END - ($(date +%s) - t0) )); }
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
   python3 -c "import torch,sys,triton;print(sys.version, torch.__version__, torch.version.cuda, triton.__version__)"
   nproc; } > "$DEST/machine.txt" 2>&1
+if [ "${BENCH:-1}" != 0 ]; then  # BENCH=0: no benchmarks, the whole time to the tests and the comparisons
 for family in perkey lowrank; do
   stamp "kernels.py $family"; file="$DEST/kernels.json"; [ $family = lowrank ] && file="$DEST/kernels_lowrank.json"
   extra=""; [ $family = lowrank ] && extra="--lowrank-blocks ${LOWRANK_BLOCKS:-32x32}
@@ -57,6 +61,7 @@ for ((n = 0; n < ${#flex[@]}; n += 2)); do
 done
 python3 -c "import json, sys; print(json.dumps([json.load(open(f)) for f in sys.argv[1:] if open(f).read().strip()],
   indent=1))" /tmp/flex-*.json > "$DEST/attention_layer_flex_bf16.json"
+fi
 stamp "tests and comparisons"
 ( for group in "tests/test_prior_kernel.py tests/test_lowrank_prior_kernel.py tests/test_lowrank_gate_kernel.py" \
                "tests/test_flex_backend.py -k cuda" "tests/test_cuda.py"; do
@@ -66,12 +71,14 @@ stamp "tests and comparisons"
   done ) > "$DEST/tests.log" 2>&1 &
 i=0
 for spec in "$@"; do
-  i=$((i + 1)); jobs="${GRID_JOBS:-6}"
+  i=$((i + 1)); jobs="${GRID_JOBS:-6}"; variants=""
+  [[ "$spec" == *+* ]] && { variants="${spec##*+}"; spec="${spec%+*}"; }
   [[ "$spec" == *@* ]] && { jobs="${spec##*@}"; spec="${spec%@*}"; }
   name="${spec%%=*}"
   if [[ "$spec" == *=* ]]; then mkdir -p "$WORK/$name"; cp -r "results/${spec#*=}/standard" "$WORK/$name/"; fi
   limit=$(left); [ "$limit" -ge 1 ] || limit=1
-  GRID_TIMEOUT=$limit GRID_JOBS="$jobs" GRID_WORK="$WORK" bash benchmarks/cuda_grids.sh "$WORK.out-$i" "$name" \
+  GRID_TIMEOUT=$limit GRID_JOBS="$jobs" GRID_WORK="$WORK" GRID_VARIANTS="${variants//,/ }" \
+    bash benchmarks/cuda_grids.sh "$WORK.out-$i" "$name" \
     > "$WORK.log-$i" 2>&1 &
 done
 wait

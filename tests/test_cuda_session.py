@@ -1,7 +1,8 @@
-"""benchmarks/cuda_session.sh, the one-call GPU script, run without a GPU (its comparisons on the CPU, its GPU steps
-failing or skipped in one line each): it parses NAME=SOURCE@JOBS, copies SOURCE's standard runs into the comparison
-before it starts (so they are skipped, not retrained), stops at its time limit, and returns what the device tool
-can carry back: at most 8 plain files with plain names, the runs and their log in one archive without checkpoints."""
+"""benchmarks/cuda_session.sh, the one-call GPU script, run without a GPU (its comparisons on the CPU, its GPU tests
+skipped, its benchmarks left out with BENCH=0): it parses NAME=SOURCE@JOBS+VARIANTS, copies SOURCE's standard runs
+into the comparison before it starts (so they are skipped, not retrained), trains the named variants only, stops at
+its time limit, and returns what the device tool can carry back: at most 8 plain files with plain names, the runs
+and their log in one archive without checkpoints."""
 
 import os
 import re
@@ -17,10 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_the_script_copies_the_reused_runs_and_returns_few_plain_files(tmp_path):
     out, work = tmp_path / "out", tmp_path / "grids"
-    env = {**os.environ, "SESSION_END": "45", "GRID_DEVICE": "cpu", "GRID_WORK": str(work)}
+    env = {**os.environ, "BENCH": "0", "SESSION_END": "60", "GRID_DEVICE": "cpu", "GRID_WORK": str(work)}
     env.pop("TRITON_INTERPRET", None)
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "cuda_session.sh"), str(out),
-                           "dilution-mqar-3=dilution-mqar-1@1"], capture_output=True, text=True, env=env, timeout=300)
+                           "dilution-mqar-3=dilution-mqar-1@1+standard"], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     files = sorted(p.name for p in out.iterdir())
     assert len(files) <= 8 and all(re.fullmatch(r"[A-Za-z0-9._-]+", f) for f in files), files
@@ -31,4 +32,5 @@ def test_the_script_copies_the_reused_runs_and_returns_few_plain_files(tmp_path)
     seeds = sorted(p.parent.name for p in (ROOT / "results" / "dilution-mqar-1" / "standard").glob("seed*/summary.json"))
     assert seeds and all(f"./dilution-mqar-3/standard/{s}/summary.json" in names for s in seeds)
     assert not any("checkpoint" in n for n in names)
+    assert not any("magnitude-prefix-logits-lowrank" in n for n in names)  # the preset's other variant: not named
     assert "standard seed 0: already finished, skipped" in log and "dilution-mqar-3" in log
