@@ -4,9 +4,9 @@
 # give the call about 60 s more for the runs to stop and the archive to be written).
 #   1. benchmarks/kernels.py alone on the GPU: the per-key prior kernel (kernels.json), then the low-rank prefix
 #      prior and value-gate kernels (kernels_lowrank.json; the prior's kernel also with the tiles $LOWRANK_BLOCKS,
-#      default "32x32", and with the backward tiles $LOWRANK_BACKWARD_BLOCKS, default "64x64 64x16
-#      128x16"), T = 1024, 4096, 8192, bfloat16; each file is rewritten after every length, so
-#      a timeout keeps what was measured.
+#      default "32x32", with the backward tiles $LOWRANK_BACKWARD_BLOCKS, default "64x64 64x16 128x16", and with 8
+#      warps per backward program), T = 1024, 4096, 8192, bfloat16; each file is rewritten after every length, so a
+#      timeout keeps what was measured.
 #   Then benchmarks/attention_layer.py, alone too: the layer of every variant on the dilution page in bfloat16 at
 #      T = 2048 against the raw-SDPA layer (attention_layer_dilution_bf16.json); then the whole low-rank magnitude
 #      layers (the solve plus the attention) at T = 4096, B = 4, H = 12 in bfloat16 against the same reference
@@ -37,7 +37,7 @@ if [ "${BENCH:-1}" != 0 ]; then  # BENCH=0: no benchmarks, the whole time to the
 for family in perkey lowrank; do
   stamp "kernels.py $family"; file="$DEST/kernels.json"; [ $family = lowrank ] && file="$DEST/kernels_lowrank.json"
   extra=""; [ $family = lowrank ] && extra="--lowrank-blocks ${LOWRANK_BLOCKS:-32x32}
-    --lowrank-backward-blocks ${LOWRANK_BACKWARD_BLOCKS:-64x64 64x16 128x16}"
+    --lowrank-backward-blocks ${LOWRANK_BACKWARD_BLOCKS:-64x64 64x16 128x16} --lowrank-backward-warps 8"
   timeout 150 python3 benchmarks/kernels.py --repeats 10 --families $family $extra --out "$file" > /dev/null \
     2> /tmp/$family.err
   echo "rc $?"; tail -3 /tmp/$family.err

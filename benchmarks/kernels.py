@@ -18,6 +18,8 @@ float32, the prior log max(M_ij, 1e-4) with M_ij = (1 - phi_j . c_i) / lam_j):
   kernel_MxN        the same with tiles of M queries x N keys (--lowrank-blocks MxN ...; the wrappers use 64 x 64)
   kernel_bwd_OxI    the same with the forward's 64 x 64 and the backward kernels' (outer, inner) tiles
                     (--lowrank-backward-blocks OxI ...: the wrappers' backward_blocks=(O, I))
+  kernel_bwd_wW     the same at its default tiles with W warps per backward program (--lowrank-backward-warps W
+                    ...; lowrank.BACKWARD_WARPS, 4, otherwise)
   sdpa_float_mask   SDPA with the dense prior as a float [B, H, T, T] mask (M built whole in the call, then the
                     causal -inf), gradients through it to the factors
   prefix_blocks     attnlab.mechanisms.magnitude.prefix_blocks.lowrank_prefix_attention with prior_floor, blocks of
@@ -169,7 +171,7 @@ def dense_lowrank_mask(phi, lam, c, dtype):
     return m.clamp_min(LOWRANK_FLOOR).log().to(dtype).masked_fill(later, float("-inf"))
 
 
-def lowrank_routes(q, k, v, phi, lam, c, do, blocks=(), backward_blocks=()):
+def lowrank_routes(q, k, v, phi, lam, c, do, blocks=(), backward_blocks=(), backward_warps=()):
     """{name: a function that runs one forward+backward} for the low-rank prior and the value gate; every input a
     leaf."""
     import torch
@@ -214,13 +216,20 @@ def lowrank_routes(q, k, v, phi, lam, c, do, blocks=(), backward_blocks=()):
         return lambda: lowrank_prior_attention(q, k, v, phi, lam, c, prior_floor=LOWRANK_FLOOR, scale=scale,
                                                backward_blocks=(outer, inner)).backward(do)
 
+    def warps(n):  # the backward kernels with n warps per program
+        def run():
+            with mock.patch.object(lowrank_kernels, "BACKWARD_WARPS", n):
+                kernel()
+        return run
+
     beta = torch.tensor(4.0, device=q.device, requires_grad=True)
     gamma = torch.tensor(-2.0, device=q.device, requires_grad=True)
     return {"sdpa_flash": sdpa_flash, "kernel": kernel, "kernel_ieee_factors": kernel_ieee_factors,
             "sdpa_float_mask": sdpa_float_mask,
             "prefix_blocks": prefix_blocks, "gate_kernel": gate_kernel, "gate_prefix_blocks": gate_prefix_blocks,
             **{f"kernel_{bm}x{bn}": tiles(bm, bn) for bm, bn in blocks},
-            **{f"kernel_bwd_{o}x{i}": backward_tiles(o, i) for o, i in backward_blocks}}
+            **{f"kernel_bwd_{o}x{i}": backward_tiles(o, i) for o, i in backward_blocks},
+            **{f"kernel_bwd_w{n}": warps(n) for n in backward_warps}}
 
 
 def measure_lowrank(seq, args):
@@ -249,7 +258,8 @@ def measure_lowrank(seq, args):
         torch.cuda.empty_cache()
     blocks = [tuple(int(x) for x in b.split("x")) for b in args.lowrank_blocks]
     backward = [tuple(int(x) for x in b.split("x")) for b in args.lowrank_backward_blocks]
-    row["routes"] = time_routes(lowrank_routes(*leaves, do, blocks, backward), leaves, args.repeats)
+    row["routes"] = time_routes(lowrank_routes(*leaves, do, blocks, backward, args.lowrank_backward_warps), leaves,
+                                args.repeats)
     return row
 
 
@@ -269,6 +279,8 @@ def main(argv=None) -> int:
     parser.add_argument("--lowrank-backward-blocks", nargs="*", default=[],
                         help="OUTERxINNER: the low-rank prior's kernel also with these backward tiles "
                              "(rows kernel_bwd_OxI)")
+    parser.add_argument("--lowrank-backward-warps", type=int, nargs="*", default=[],
+                        help="W: the low-rank prior's kernel also with W warps per backward program (rows kernel_bwd_wW)")
     parser.add_argument("--out", help="also write the JSON object to this file after each length (atomically)")
     args = parser.parse_args(argv)
     import torch

@@ -385,7 +385,9 @@ def bench_kernels_table(bench: dict, key: str) -> str:
     if key == "lowrank" and "kernel_backward_blocks" in bench:  # the backward tiles the wrapper chose by default
         labels["kernel"] += ", backward tiles ({}, {})".format(*bench["kernel_backward_blocks"])
     for route in dict.fromkeys(name for r in rows for name in r["routes"]):
-        if route.startswith("kernel_bwd_"):  # --lowrank-backward-blocks OxI: backward_blocks=(O, I)
+        if route.startswith("kernel_bwd_w"):  # --lowrank-backward-warps W
+            labels.setdefault(route, f"the same, {route[12:]} warps per backward program")
+        elif route.startswith("kernel_bwd_"):  # --lowrank-backward-blocks OxI: backward_blocks=(O, I)
             labels.setdefault(route, "the same, backward tiles ({}, {})".format(*route[11:].split("x")))
         elif route.startswith("kernel_"):  # --lowrank-blocks MxN: the forward's tiles
             labels.setdefault(route, f"the same, tiles of {route.removeprefix('kernel_').replace('x', ' x ')}")

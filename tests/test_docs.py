@@ -551,6 +551,8 @@ def test_the_backward_tile_prose_is_the_saved_report():
     assert f"({at['lowrank._dkdv_kernel[GATE=0]', 64, 32, 4]['stack_bytes']} bytes for the prior's dK/dV kernel)" in speed
     assert f"with the 4 warps the backward launches ({at['lowrank._dkdv_kernel[GATE=0]', 128, 16, 4]['stack_bytes']} " \
            f"bytes)" in speed
+    eight = [at[f"lowrank.{k}[GATE=0]", 64, 32, 8]["stack_bytes"] for k in ("_dkdv_kernel", "_dq_kernel")]
+    assert eight[1] == 0 and f"(64, 32) nearly stops spilling ({eight[0]} bytes in the dK/dV kernel, none in the dq" in speed
 
 
 def test_the_heads_page_gpu_costs_are_the_saved_layer_benchmark():

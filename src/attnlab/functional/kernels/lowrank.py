@@ -53,6 +53,7 @@ CUDA_BACKWARD_BLOCKS = (64, 32)
 """The backward kernels' (outer, inner) tiles on CUDA when backward_blocks is None: the fastest of the tiles that
 ``benchmarks/kernels.py --lowrank-backward-blocks`` timed on an H100 at every length (the speed page), where the
 forward's 64 x 64 left both backward kernels spilling registers."""
+BACKWARD_WARPS = 4  # warps per program of the two backward kernels
 
 
 @triton.jit
@@ -400,7 +401,7 @@ class LowrankPrefixAttention(torch.autograd.Function):
         common = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                   v.stride(0), v.stride(1), v.stride(2), *f_strides, do.stride(0), do.stride(1), do.stride(2))
         constants = dict(GATE=gate, PRECISION=prec[0], FACTORS=prec[1], BLOCK_D=block_d, BLOCK_R=block_r,
-                         num_warps=4)
+                         num_warps=BACKWARD_WARPS)
         _dkdv_kernel[(triton.cdiv(t, dkdv_n), b * hkv)](q, k, v, c, phi, lam, bg, do, lse2, delta, dk, dv, dphi,
                                                        dlam, *common, t, hkv, d, r, group, f_div, scale,
                                                        scale * LOG2E, floor, BLOCK_M=dkdv_m, BLOCK_N=dkdv_n,
