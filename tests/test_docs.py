@@ -445,7 +445,7 @@ def test_the_kernel_prose_on_the_speed_page_is_the_saved_benchmark():
     assert all(min(low[t], key=lambda r: low[t][r].get("ms", 1e9) if r.startswith("kernel_bwd_") else 1e9) == best
                for t in low)  # the fastest backward tiles at every length
     assert best == "kernel_bwd_64x32"  # lowrank.CUDA_BACKWARD_BLOCKS (a CPU test cannot import Triton's module)
-    assert (f"With the backward kernels on the forward's 64 x 64 tiles (the default until this run) it cost "
+    assert (f"With the backward kernels on the forward's 64 x 64 tiles (the earlier default) it cost "
             f"{low[4096]['kernel']['ratio']:.2f}x SDPA flash at T = 4096 (target 1.5x) and "
             f"{low[8192]['kernel']['ratio']:.2f}x at T = 8192") in speed and default == "(64, 64)"
     assert ("with their own (64, 32) tiles, the fastest of the backward tiles timed (below) and now the default on "
