@@ -583,7 +583,8 @@ def test_the_dilution_pages_positions_table_is_the_saved_grids():
                                    "stick-breaking": "dilution-lm-4"},
              "RoPE": {"standard": "dilution-rope-lm", "selective": "dilution-rope-lm",
                       "stick-breaking": "dilution-rope-lm-2"},
-             "ALiBi": {"standard": "dilution-alibi-lm", "selective": "dilution-alibi-lm"}}
+             "ALiBi": {"standard": "dilution-alibi-lm", "selective": "dilution-alibi-lm"},
+             "no positions": {"standard": "dilution-nope-lm", "stick-breaking": "dilution-nope-lm"}}
 
     def cell(grid, variant):
         primary = json.loads((ROOT / "results" / grid / "results.json").read_text())["primary"]
@@ -592,7 +593,7 @@ def test_the_dilution_pages_positions_table_is_the_saved_grids():
         return mean if variant == "standard" else f"{mean} (lead {-row['difference']:.4f})"
 
     columns = list(grids)
-    expected = ["| variant | " + " | ".join(columns) + " |", "|---|---|---|---|"] + [
+    expected = ["| variant | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"] + [
         f"| `{v}` | " + " | ".join(cell(grids[c][v], v) if v in grids[c] else "n/a" for c in columns) + " |"
         for v in ("standard", "selective", "stick-breaking")]
     page = (ROOT / "docs" / "dilution.md").read_text(encoding="utf-8")
