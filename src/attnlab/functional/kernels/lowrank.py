@@ -45,7 +45,8 @@ from ...switches import MAGNITUDE_GATES as GATES  # the value gates of attnlab.m
 from .common import (LOG2E, backward_tiles, block_sizes, check_qkv, factor_precision, load_tile, load_tile_t,
                      online_softmax_gated_step, online_softmax_step, precision)
 
-__all__ = ["CUDA_BACKWARD_BLOCKS", "GATES", "LowrankPrefixAttention", "MAX_RANK", "lowrank_gate_attention", "lowrank_prior_attention"]
+__all__ = ["BACKWARD_WARPS", "CUDA_BACKWARD_BLOCKS", "GATES", "LowrankPrefixAttention", "MAX_RANK",
+           "lowrank_gate_attention", "lowrank_prior_attention"]
 
 MAX_RANK = 64
 _GATE_CODE = {"clamp": 1, "sigmoid": 2, "linear": 3}  # the kernels' GATE; 0 is the logit prior
