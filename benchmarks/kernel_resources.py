@@ -2,11 +2,15 @@
 compiled by Triton for the given architecture (sm_90 by default: the H100 and H200) and its cubin read by the
 cuobjdump that ships with Triton. Per kernel and configuration it prints the registers per thread (255 is the
 ceiling), the stack frame per thread (bytes; above 0 with 255 registers means the kernel spills registers to local
-memory, which the GPU reads back through the caches), and the shared memory Triton asks for.
+memory, which the GPU reads back through the caches), the shared memory Triton asks for, and from the kernel's SASS
+the number of instructions and of MUFU instructions by function (EX2, LG2, RCP, ...: the special-function unit,
+which issues a sixteenth of the FP32 rate per SM on the H100, so that each exp2, log2 or reciprocal per score costs
+as much as a dozen FMAs). The counts are static: each loop body appears once, unrolled over the tile the thread owns.
 
 Configurations: every kernel of attnlab.functional.kernels (the per-key prior's forward, dK/dV and dq kernels, and
 the low-rank prefix kernels with the prior, GATE = 0, and the clamp value gate, GATE = 1) in the input dtype
---dtype, with the factors' products in the precision the wrappers pick for it (or each of --factors), at each
+--dtype, with the factors' product w = 1 - phi . c in the precision the wrappers pick for it (or each of --factors;
+the factor gradients' products take the precision of q, k, v's), at each
 --blocks BLOCK_MxBLOCK_N,
 head dimension --head-dim, rank --rank and --num-warps; and the low-rank backward kernels alone with the (outer,
 inner) tiles of each --backward-blocks OUTERxINNER (the wrappers' backward_blocks: the dK/dV kernel owns OUTER keys
@@ -30,10 +34,13 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 
 SCALARS = {"T", "H", "HKV", "D", "R", "GROUP", "F_DIV", "P_DIV"}  # integer arguments spelled in capitals
 FLOATS = {"scale", "qk_scale2", "floor"}
 IO = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV"}  # tensors in the input dtype; every other pointer is float32
+OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)")  # a SASS line's opcode, after
+#   its address and any predicate guard
 
 
 def signature(fn, dtype: str, constexprs: dict) -> dict:
@@ -65,9 +72,12 @@ def resources(fn, dtype: str, constexprs: dict, arch: int, num_warps: int) -> di
         with open(path, "wb") as f:
             f.write(kernel.asm["cubin"])
         report = subprocess.run([tool, "-res-usage", path], capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True).stdout
     usage = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", report.split("Function", 1)[1]))
+    opcodes = OPCODE.findall(sass)
     return {"regs": int(usage["REG"]), "stack_bytes": int(usage["STACK"]), "local_bytes": int(usage["LOCAL"]),
-            "shared_bytes": kernel.metadata.shared}
+            "shared_bytes": kernel.metadata.shared, "instructions": len(opcodes),
+            "mufu": dict(sorted(Counter(op[5:] for op in opcodes if op.startswith("MUFU.")).items()))}
 
 
 def main(argv=None) -> int:
@@ -81,7 +91,8 @@ def main(argv=None) -> int:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--factors", nargs="+", default=["auto"], choices=["auto", "ieee", "tf32", "tf32x3"],
-                        help="the low-rank factors' product precision: auto (the wrappers' choice for --dtype) or one")
+                        help="the precision of the low-rank factors' product w = 1 - phi . c: auto (the wrappers' "
+                             "choice for --dtype) or one")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         print("benchmarks/kernel_resources.py compiles for a GPU: unset TRITON_INTERPRET", file=sys.stderr)

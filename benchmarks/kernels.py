@@ -13,8 +13,8 @@ float32, the prior log max(M_ij, 1e-4) with M_ij = (1 - phi_j . c_i) / lam_j):
   sdpa_flash        as above: the floor (ratio 1)
   kernel            lowrank_prior_attention(q, k, v, phi, lam, c): gradients to q, k, v, phi, lam, c; its default
                     tiles (the output's "kernel_backward_blocks": lowrank.CUDA_BACKWARD_BLOCKS)
-  kernel_ieee_factors  the same with the factors' products in IEEE float32 on CUDA cores (its choice for float32
-                    inputs) instead of TF32x3 on tensor cores (its choice for 16-bit inputs)
+  kernel_ieee_factors  the same with the factors' product w = 1 - phi . c in IEEE float32 on CUDA cores (its
+                    choice for float32 inputs) instead of TF32x3 on tensor cores (its choice for 16-bit inputs)
   kernel_MxN        the same with tiles of M queries x N keys (--lowrank-blocks MxN ...; the wrappers use 64 x 64)
   kernel_bwd_OxI    the same with the forward's 64 x 64 and the backward kernels' (outer, inner) tiles
                     (--lowrank-backward-blocks OxI ...: the wrappers' backward_blocks=(O, I))
@@ -191,7 +191,7 @@ def lowrank_routes(q, k, v, phi, lam, c, do, blocks=(), backward_blocks=(), back
     def kernel():
         lowrank_prior_attention(q, k, v, phi, lam, c, prior_floor=LOWRANK_FLOOR, scale=scale).backward(do)
 
-    def kernel_ieee_factors():  # the factors' products on CUDA cores (IEEE), as for float32 inputs
+    def kernel_ieee_factors():  # the factors' product w on CUDA cores (IEEE), as for float32 inputs
         with mock.patch.object(lowrank_kernels, "factor_precision", lambda dtype: "ieee"):
             kernel()
 

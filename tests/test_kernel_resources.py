@@ -33,6 +33,7 @@ def test_every_kernel_compiles_for_sm90_with_a_resource_report():
     assert {f"lowrank.{k}[GATE={g}]" for k in ("_forward_kernel", "_dkdv_kernel", "_dq_kernel") for g in (0, 1)} <= kernels
     for row in report["rows"]:
         assert 1 <= row["regs"] <= 255 and row["stack_bytes"] >= 0 and row["shared_bytes"] > 0, row
+        assert row["instructions"] > 100 and row["mufu"].get("EX2", 0) > 0, row  # every kernel exponentiates
 
 
 @pytest.mark.slow
@@ -55,3 +56,19 @@ def test_bad_backward_tiles_are_one_line_errors():
 def test_under_the_interpreter_it_refuses_in_one_line():
     done = _run("--blocks", "32x32", interpret="1")
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0 and "TRITON_INTERPRET" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_low_rank_prior_takes_the_special_functions_of_plain_flash_attention():
+    """The low-rank prior's kernels form exp(z - log lambda_j) max(w, floor lambda_j) (lowrank's docstring): one
+    exp2 per score and no per-score log or division, so their SASS holds as many MUFU.EX2 as the per-key kernels'
+    (whose score is plain z + p_j) and at most a few more other MUFU instructions (a reciprocal or log per key or
+    row), where a per-score log or division would add one per score the thread owns (32 at 64 x 64, 4 warps)."""
+    done = _run("--blocks", "64x64", "--num-warps", "4")
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {r["kernel"]: r for r in json.loads(done.stdout)["rows"]}
+    for name in ("_forward_kernel", "_dkdv_kernel", "_dq_kernel"):
+        flash, mine = rows[f"perkey.{name}"]["mufu"], rows[f"lowrank.{name}[GATE=0]"]["mufu"]
+        assert flash.get("EX2", 0) >= 32 and mine.get("EX2", 0) == flash["EX2"], (name, mine, flash)
+        others = sum(n for op, n in mine.items() if op != "EX2")
+        assert others <= sum(n for op, n in flash.items() if op != "EX2") + 4, (name, mine, flash)

@@ -20,14 +20,16 @@ reference is small (at T = 1 every gradient but v's is exactly 0).
 
 Tolerances: float32, 2e-5 on the output and the gradients of q, k, v, 5e-5 on those of phi, lam and c, against
 both. The kernel accumulates at most T products and block sums in float32 (unit roundoff 6e-8) and keeps IEEE
-float32 through its products (no TF32); the factor gradients divide dS by w = 1 - phi . c, which amplifies the
-rounding of M by |phi . c| / w, large only where M sits just above the floor (there w = lam M >= 0.01). Measured
+float32 through its products (no TF32); the factor gradients weight dS by 1 / w, w = 1 - phi . c (G = dS / w,
+which the kernel forms as exp(z - lse) (da - delta) / lam without dividing), so their sums are led by the terms where
+M sits just above the floor (there w = lam M >= 0.01) and carry those terms' rounding. Measured
 under the interpreter over the T, rank and GQA cases: output and dq, dk, dv 2e-7 to 7e-7 against float64 and
 against the block path; dphi, dlam, dc up to 3.5e-6 against float64 and 8e-6 against the float32 block path (whose
 own error against float64 is of that size). A wrong mask, floor, sign or factor index errs by 1e-2 or more.
 bfloat16 (GPU only; q, k, v in bfloat16, the factors in float32): 2e-2 on the output, 5e-2 on every gradient, as the
 per-key kernel's test argues: the reference gets the same bfloat16-rounded inputs, and what remains is the kernel's
-rounding of a_ij and dS_ij to bfloat16 before its products and of o (hence delta_i) to bfloat16.
+rounding of a_ij and dS_ij to bfloat16 before its products and of o (hence delta_i) to bfloat16; the factor
+gradients' products take G in TF32 (2^-11, finer than bfloat16's 2^-8).
 """
 
 import pytest
@@ -172,8 +174,9 @@ def test_default_blocks_on_the_gpu(dtype):
 
 def test_a_floor_above_every_weight_is_plain_causal_attention():
     """With the floor above every M_ij the prior is the constant log(floor): the output and the gradients of q, k, v
-    are plain causal attention's (the per-key kernel without a prior; 3e-7 apart under the interpreter, the constant
-    log2(1e6) ~ 20 rounding the scores), and the factors get exactly zero gradient."""
+    are plain causal attention's (the per-key kernel without a prior; up to 1.3e-6 apart under the interpreter, dq's
+    error: the kernel shifts the scores by log2 lambda_j and weights them by floor lambda_j, which the constant
+    prior cancels only up to rounding), and the factors get exactly zero gradient."""
     inputs, do = make(2, 2, 2, 33, 16, 3)
     out, grads = kernel_run(inputs, do, floor=1e6)
     plain_leaves = [x.clone().requires_grad_() for x in inputs[:3]]
@@ -184,6 +187,23 @@ def test_a_floor_above_every_weight_is_plain_causal_attention():
     assert_close(errors, torch.float32, "prior_attention without a prior")
     for name, grad in zip(NAMES[3:], grads[3:]):
         assert torch.count_nonzero(grad) == 0, f"d{name} is not zero with every M below the floor"
+
+
+@pytest.mark.parametrize("floor, lam_range", [(1e-20, (1e-6, 1e3)), (1e-12, (1e-12, 1e6))],
+                         ids=["tiny-floor", "wide-lambda"])
+def test_small_floor_lambda_products_stay_finite_and_exact(floor, lam_range):
+    """The kernels take exp(z - log lambda_j) times max(w, floor lambda_j) with the running maximum over z - log
+    lambda alone (lowrank's docstring): the row sum is at least floor lambda_j and each backward exponential at most
+    1 / (floor lambda_j). With floor lambda_j down to 1e-26 and lambda over 18 decades, the output and every
+    gradient stay finite and within the float32 tolerances of the float64 reference (measured: 1.4e-6 at most)."""
+    inputs, do = make(2, 2, 2, 33, 16, 3)
+    g = torch.Generator().manual_seed(1)
+    low, high = (torch.log(torch.tensor(x)).item() for x in lam_range)
+    inputs[4] = torch.exp(torch.empty(inputs[4].shape).uniform_(low, high, generator=g)).to(DEVICE)
+    mine = kernel_run(inputs, do, floor=floor)
+    assert all(torch.isfinite(x).all() for x in [mine[0], *mine[1]])
+    assert_close(errors_against(mine, reference_run(inputs, do, floor=floor)), torch.float32,
+                 "the float64 reference")
 
 
 def test_one_token():

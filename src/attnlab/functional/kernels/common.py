@@ -124,3 +124,17 @@ def online_softmax_gated_step(s2, g, m_i, l_i, acc, v, PRECISION: tl.constexpr):
     l_i = l_i * alpha + tl.sum(e, 1)
     acc = acc * alpha[:, None] + tl.dot((e * g).to(v.dtype), v, input_precision=PRECISION)
     return m_new, l_i, acc
+
+
+@triton.jit
+def online_softmax_weighted_step(s2, weight, m_i, l_i, acc, v, PRECISION: tl.constexpr):
+    """:func:`online_softmax_step` for the scores s2 + log2(weight) without their logarithm: weight [BLOCK_M,
+    BLOCK_N] > 0 multiplies each exponential in the normaliser and on the values, l_i sums exp2(s2_ij - m_i)
+    weight_ij and acc the same times v_j, since exp2(s2 + log2 w) = exp2(s2) w. The running maximum m_i is taken
+    over s2 alone: the shift cancels in acc / l_i, and l_i >= weight_ij at the row's largest s2 keeps it from 0."""
+    m_new = tl.maximum(m_i, tl.max(s2, 1))
+    alpha = tl.exp2(m_i - m_new)
+    e = tl.exp2(s2 - m_new[:, None]) * weight
+    l_i = l_i * alpha + tl.sum(e, 1)
+    acc = acc * alpha[:, None] + tl.dot(e.to(v.dtype), v, input_precision=PRECISION)
+    return m_new, l_i, acc

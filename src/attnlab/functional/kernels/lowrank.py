@@ -13,23 +13,40 @@ tile builds it from one [block, r] x [r, block] product of c and phi beside the 
 q [B, H, T, D]; k, v [B, Hkv, T, D] with H a multiple of Hkv (GQA: query head h reads K/V head h // (H / Hkv));
 phi, c [Bf, Hf, T, r] and lambda [Bf, Hf, T] with Bf = B or 1 and Hf = 1, Hkv (one set of factors per K/V head, as
 the layer computes them) or H; r from 1 to 64. The factors are read in float32 whatever the dtype of q, k, v, and
-their products are IEEE float32 (M = 1 - phi . c can cancel; TF32 would lose three digits of it).
+their product w = 1 - phi . c keeps float32's accuracy (IEEE, or TF32x3 for 16-bit inputs: common.factor_precision;
+it can cancel, and TF32 would lose three digits of it).
 
-Gradients (base e; Triton's tiles use base 2 inside, s2 = s * log2(e)). With delta_i = do_i . o_i and
-w_ij = 1 - phi_j . c_i = lambda_j M_ij:
+No logarithm per score. With w_ij = 1 - phi_j . c_i = lambda_j M_ij and z_ij = q_i . k_j * scale,
+
+    exp(z_ij + log max(M_ij, floor)) = exp(z_ij - log lambda_j) max(w_ij, floor lambda_j)
+
+so each tile takes one exp per score, as flash attention does: the log is per key (log lambda_j), the floor a
+per-key threshold on w, and the online softmax carries the weight max(w, floor lambda) on its exponentials
+(common.online_softmax_weighted_step). Its running maximum is over z - log lambda alone; since every weight is at
+least floor lambda_j, the row's sum is too, and each backward exp(z_ij - log lambda_j - lse_i) at most
+1 / (floor lambda_j): float32 holds both while floor lambda_j stays above about 1e-30 (the layers: floor 1e-4,
+lambda >= eps). The row's log-sum-exp lse_i is the same number as with the log prior.
+
+Gradients (base e; Triton's tiles use base 2 inside, s2 = s * log2(e)). With delta_i = do_i . o_i,
+e_ij = exp(z_ij - lse_i) / lambda_j and a_ij = e_ij max(w_ij, floor lambda_j) (the attention weights):
 
     dv_j = sum_i a_ij do_i,   dS_ij = a_ij (do_i . v_j - delta_i)
     dq_i = scale sum_j dS_ij k_j,   dk_j = scale sum_i dS_ij q_i
     dM_ij = dS_ij / M_ij where M_ij >= floor, 0 below it (log max(M, floor) is flat there)
-    G_ij = dM_ij / lambda_j = dS_ij / w_ij  (where M_ij >= floor)
+    G_ij = dM_ij / lambda_j = dS_ij / w_ij = e_ij (do_i . v_j - delta_i)  (where w_ij >= floor lambda_j; no division)
     dc_i = -sum_j G_ij phi_j,   dphi_j = -sum_i G_ij c_i
     dlambda_j = -sum_i dM_ij M_ij / lambda_j = -(1 / lambda_j) sum_{i: M_ij >= floor} dS_ij
 
-Structure: as :mod:`.perkey` (the shared pieces are in :mod:`.common`). The forward walks the key blocks of each query block with an online softmax
-and saves the row log-sum-exp. One backward kernel per key block accumulates dk, dv, dphi and dlambda over the
-query blocks and the query heads sharing its K/V head (no atomics); one per query block accumulates dq and dc over
-the key blocks. Memory besides inputs and outputs: O(B H T r) (the log-sum-exp, delta_i, and the factor gradients
-per query head before they are summed to the factors' shapes).
+The products of the factor gradients (G c, G phi) take the input precision of q, k, v's products: IEEE for float32,
+TF32 for 16-bit inputs, whose rounding (2^-11) is no coarser than the 16-bit rounding of dS that dq and dk carry.
+
+Structure: as :mod:`.perkey` (the shared pieces are in :mod:`.common`). The forward walks the key blocks of each query
+block with an online softmax and saves the row log-sum-exp. One backward kernel per key block accumulates dk, dv,
+dphi and dlambda over the query blocks and the query heads sharing its K/V head (no atomics); one per query block
+accumulates dq and dc over the key blocks. Where a backward kernel needs a tile both ways it loads it twice (the
+sm_90 compiler spills more registers with tl.trans of one load: the speed page). Memory
+besides inputs and outputs: O(B H T r) (the log-sum-exp, delta_i, and the factor gradients per query head before
+they are summed to the factors' shapes).
 """
 
 from __future__ import annotations
@@ -43,7 +60,7 @@ import triton.language as tl
 from . import available
 from ...switches import MAGNITUDE_GATES as GATES  # the value gates of attnlab.mechanisms.magnitude.reference.gate
 from .common import (LOG2E, backward_tiles, block_sizes, check_qkv, factor_precision, load_tile, load_tile_t,
-                     online_softmax_gated_step, online_softmax_step, precision)
+                     online_softmax_gated_step, online_softmax_weighted_step, precision)
 
 __all__ = ["BACKWARD_WARPS", "CUDA_BACKWARD_BLOCKS", "GATES", "LowrankPrefixAttention", "MAX_RANK",
            "lowrank_gate_attention", "lowrank_prior_attention"]
@@ -58,12 +75,10 @@ BACKWARD_WARPS = 4  # warps per program of the two backward kernels
 
 
 @triton.jit
-def _prior_tile(c, phi_t, inv_lam, floor, FACTORS: tl.constexpr):
-    """(log2 max(M, floor), M, w) of one tile: w_ij = 1 - c_i . phi_j, M_ij = w_ij / lambda_j; FACTORS is the
-    product's input precision (common.factor_precision)."""
-    w = 1.0 - tl.dot(c, phi_t, input_precision=FACTORS)  # w_ij = 1 - phi_j . c_i
-    m = w * inv_lam  # M_ij = w_ij / lambda_j (inv_lam broadcast along the key axis by the caller)
-    return tl.log2(tl.maximum(m, floor)), m, w
+def _weight_tile(c, phi_t, FACTORS: tl.constexpr):
+    """w_ij = 1 - c_i . phi_j of one tile (c [rows, r], phi_t [r, cols]) in FACTORS, the products' input precision
+    (common.factor_precision): M_ij = w_ij / lambda_j."""
+    return 1.0 - tl.dot(c, phi_t, input_precision=FACTORS)
 
 
 @triton.jit
@@ -113,9 +128,9 @@ def _forward_kernel(Q, K, V, C, PHI, LAM, BG, O, LSE2,
     lam_base = LAM + b * slb + hf * slh
     beta = tl.load(BG)  # the value gate's beta and gamma (unused by the prior, GATE = 0)
     gamma = tl.load(BG + 1)
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running row maximum of s2
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum_j exp2(s2_ij - m_i)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)  # running sum_j exp2(s2_ij - m_i) v_j
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running row maximum of the exponents
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum_j of the row's terms (see below) over exp2(m_i)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)  # the same sum with v_j
     hi = tl.minimum((pid_m + 1) * BLOCK_M, T)  # causal: no key after the block's last query
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -123,21 +138,22 @@ def _forward_kernel(Q, K, V, C, PHI, LAM, BG, O, LSE2,
         k_t = load_tile_t(k_base, offs_n, skt, offs_d, col_ok, d_ok)  # [BLOCK_D, BLOCK_N]
         v = load_tile(v_base, offs_n, svt, offs_d, col_ok, d_ok)
         phi_t = load_tile_t(PHI + f_base, offs_n, R, offs_r, col_ok, r_ok)  # [BLOCK_R, BLOCK_N]
-        inv_lam = 1.0 / tl.load(lam_base + offs_n, mask=col_ok, other=1.0)
-        prior2, m, _ = _prior_tile(c, phi_t, inv_lam[None, :], floor, FACTORS)
-        s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2
+        lam = tl.load(lam_base + offs_n, mask=col_ok, other=1.0)
+        w = _weight_tile(c, phi_t, FACTORS)  # w_ij = 1 - c_i . phi_j = lambda_j M_ij
+        s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2  # z_ij log2 e, z_ij = scale q_i . k_j
         keep = (offs_n[None, :] <= offs_m[:, None]) & col_ok[None, :]  # j <= i, j < T
-        if GATE == 0:  # (s q_i . k_j + log max(M_ij, f)) log2 e
-            m_i, l_i, acc = online_softmax_step(tl.where(keep, s2 + prior2, float("-inf")), m_i, l_i, acc, v,
-                                                PRECISION)
+        if GATE == 0:  # exp(z_ij + log max(M_ij, f)) = exp(z_ij - log lambda_j) max(w_ij, f lambda_j)
+            m_i, l_i, acc = online_softmax_weighted_step(
+                tl.where(keep, s2 - tl.log2(lam)[None, :], float("-inf")),
+                tl.maximum(w, (floor * lam)[None, :]), m_i, l_i, acc, v, PRECISION)
         else:  # softmax_j(s q_i . k_j) g(M_ij) v_j
-            g, _, _, _ = _gate_tile(m, beta, gamma, GATE)
+            g, _, _, _ = _gate_tile(w / lam[None, :], beta, gamma, GATE)
             m_i, l_i, acc = online_softmax_gated_step(tl.where(keep, s2, float("-inf")), g, m_i, l_i, acc, v,
                                                       PRECISION)
-    out = acc / l_i[:, None]  # o_i = sum_j exp2(s2_ij - m_i) v_j / sum_j exp2(s2_ij - m_i)
+    out = acc / l_i[:, None]  # o_i = sum_j a_ij (g_ij) v_j
     tl.store(O + b * sob + h * soh + offs_m[:, None] * sot + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=row_ok[:, None] & d_ok[None, :])
-    tl.store(LSE2 + pid_bh * T + offs_m, m_i + tl.log2(l_i), mask=row_ok)  # lse2_i = log2 sum_j exp2(s2_ij)
+    tl.store(LSE2 + pid_bh * T + offs_m, m_i + tl.log2(l_i), mask=row_ok)  # lse2_i = log2 of the row's normaliser
 
 
 @triton.jit
@@ -171,46 +187,54 @@ def _dkdv_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DK, DV, DPHI, DLAM,
         bh = b * HKV * GROUP + h
         f_base = b * sfb + (h // F_DIV) * sfh
         phi = load_tile(PHI + f_base, offs_n, R, offs_r, col_ok, r_ok)  # [BLOCK_N, BLOCK_R]
-        inv_lam = 1.0 / tl.load(LAM + b * slb + (h // F_DIV) * slh + offs_n, mask=col_ok, other=1.0)
-        dphi = tl.zeros([BLOCK_N, BLOCK_R], dtype=tl.float32)
+        lam = tl.load(LAM + b * slb + (h // F_DIV) * slh + offs_n, mask=col_ok, other=1.0)
+        shift2 = tl.log2(lam)  # the prior's log2 lambda_j (GATE = 0)
+        floor_lam = floor * lam  # M_ij >= f  <=>  w_ij >= f lambda_j
+        dphi = tl.zeros([BLOCK_N, BLOCK_R], dtype=tl.float32)  # -sum_i G_ij c_i (the gate: times lambda_j)
         dlam = tl.zeros([BLOCK_N], dtype=tl.float32)  # sum_i dM_ij M_ij
         for start_m in range(lo, T, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
             row_ok = offs_m < T
-            q_t = load_tile_t(Q + b * sqb + h * sqh, offs_m, sqt, offs_d, row_ok, d_ok)  # [BLOCK_D, BLOCK_M]
-            do_t = load_tile_t(DO + b * sdb + h * sdh, offs_m, sdt, offs_d, row_ok, d_ok)
-            do = load_tile(DO + b * sdb + h * sdh, offs_m, sdt, offs_d, row_ok, d_ok)
             q = load_tile(Q + b * sqb + h * sqh, offs_m, sqt, offs_d, row_ok, d_ok)
+            do = load_tile(DO + b * sdb + h * sdh, offs_m, sdt, offs_d, row_ok, d_ok)
             c = load_tile(C + f_base, offs_m, R, offs_r, row_ok, r_ok)  # [BLOCK_M, BLOCK_R]
-            c_t = load_tile_t(C + f_base, offs_m, R, offs_r, row_ok, r_ok)  # [BLOCK_R, BLOCK_M]
             lse2 = tl.load(LSE2 + bh * T + offs_m, mask=row_ok, other=0.0)
             delta = tl.load(DELTA + bh * T + offs_m, mask=row_ok, other=0.0)
-            prior2_t, m_t, w_t = _prior_tile(phi, c_t, inv_lam[:, None], floor, FACTORS)  # M_ij at [j, i]
+            c_t = load_tile_t(C + f_base, offs_m, R, offs_r, row_ok, r_ok)  # [BLOCK_R, BLOCK_M]
+            q_t = load_tile_t(Q + b * sqb + h * sqh, offs_m, sqt, offs_d, row_ok, d_ok)  # [BLOCK_D, BLOCK_M]
+            do_t = load_tile_t(DO + b * sdb + h * sdh, offs_m, sdt, offs_d, row_ok, d_ok)
+            w_t = _weight_tile(phi, c_t, FACTORS)  # w_ij at [j, i]
             s2_t = tl.dot(k, q_t, input_precision=PRECISION) * qk_scale2
-            if GATE == 0:
-                s2_t += prior2_t
             keep = (offs_n[:, None] <= offs_m[None, :]) & col_ok[:, None] & row_ok[None, :]
-            a_t = tl.where(keep, tl.exp2(s2_t - lse2[None, :]), 0.0)  # p_ij = exp(s_ij - lse_i)
-            da_t = tl.dot(v, do_t, input_precision=PRECISION)  # da_ij = do_i . v_j
             if GATE == 0:
-                dv += tl.dot(a_t.to(do.dtype), do, input_precision=PRECISION)  # dv_j = sum_i p_ij do_i
-                ds_t = a_t * (da_t - delta[None, :])  # dS_ij = p_ij (da_ij - delta_i), delta_i = do_i . o_i
-                above = m_t >= floor  # where the prior is log M_ij (it is flat below the floor)
-                big_g_t = tl.where(above, ds_t / w_t, 0.0)  # G_ij = dS_ij / (lambda_j M_ij) = dM_ij / lambda_j
+                # e_ij = exp(z_ij - lse_i) / lambda_j, z_ij = scale q_i . k_j; a_ij = e_ij max(w_ij, f lambda_j)
+                e_t = tl.where(keep, tl.exp2(s2_t - shift2[:, None] - lse2[None, :]), 0.0)
+                above = w_t >= floor_lam[:, None]  # where the prior is log M_ij (it is flat below the floor)
+                wf_t = tl.maximum(w_t, floor_lam[:, None])
+                dv += tl.dot((e_t * wf_t).to(do.dtype), do, input_precision=PRECISION)  # dv_j = sum_i a_ij do_i
+                da_t = tl.dot(v, do_t, input_precision=PRECISION)  # da_ij = do_i . v_j
+                ed_t = e_t * (da_t - delta[None, :])  # e_ij (da_ij - delta_i), delta_i = do_i . o_i
+                ds_t = ed_t * wf_t  # dS_ij = a_ij (da_ij - delta_i)
+                big_g_t = tl.where(above, ed_t, 0.0)  # G_ij = dS_ij / w_ij = e_ij (da_ij - delta_i)
                 dmm_t = tl.where(above, ds_t, 0.0)  # dM_ij M_ij
             else:
+                da_t = tl.dot(v, do_t, input_precision=PRECISION)  # da_ij = do_i . v_j
+                m_t = w_t / lam[:, None]  # M_ij
+                a_t = tl.where(keep, tl.exp2(s2_t - lse2[None, :]), 0.0)  # p_ij = exp(s_ij - lse_i)
                 g_t, _, slope_t, passes_t = _gate_tile(m_t, beta, gamma, GATE)
                 dv += tl.dot((a_t * g_t).to(do.dtype), do, input_precision=PRECISION)  # dv_j = sum_i p_ij g_ij do_i
                 ds_t = a_t * (g_t * da_t - delta[None, :])  # dS_ij = p_ij (g_ij da_ij - delta_i)
                 dm_t = a_t * da_t * slope_t * beta * passes_t  # dM_ij = p_ij da_ij g'(u_ij) beta [x passes M]
-                big_g_t = dm_t * inv_lam[:, None]  # G_ij = dM_ij / lambda_j
+                big_g_t = dm_t  # lambda_j G_ij = dM_ij (divided by lambda_j once, at the store)
                 dmm_t = dm_t * m_t
             dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)  # dk_j = scale sum_i dS_ij q_i
-            dphi -= tl.dot(big_g_t, c, input_precision=FACTORS)  # dphi_j = -sum_i G_ij c_i
+            dphi -= tl.dot(big_g_t, c, input_precision=PRECISION)  # dphi_j = -sum_i G_ij c_i
             dlam += tl.sum(dmm_t, 1)
         fh = bh * T  # per-query-head gradient buffers [B, H, T(, R)], contiguous
+        if GATE != 0:
+            dphi = dphi / lam[:, None]
         tl.store(DPHI + (fh + offs_n[:, None]) * R + offs_r[None, :], dphi, mask=col_ok[:, None] & r_ok[None, :])
-        tl.store(DLAM + fh + offs_n, -dlam * inv_lam, mask=col_ok)  # dlambda_j = -(1/lambda_j) sum_i dM_ij M_ij
+        tl.store(DLAM + fh + offs_n, -dlam / lam, mask=col_ok)  # dlambda_j = -(1/lambda_j) sum_i dM_ij M_ij
     tl.store(DK + pid_bk * T * D + offs_n[:, None] * D + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty),
              mask=kv_mask)
     tl.store(DV + pid_bk * T * D + offs_n[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
@@ -255,30 +279,35 @@ def _dq_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DQ, DC, DBETA, DGAMMA,
         offs_n = start_n + tl.arange(0, BLOCK_N)
         col_ok = offs_n < T
         k = load_tile(k_base, offs_n, skt, offs_d, col_ok, d_ok)
-        k_t = load_tile_t(k_base, offs_n, skt, offs_d, col_ok, d_ok)
-        v_t = load_tile_t(v_base, offs_n, svt, offs_d, col_ok, d_ok)
+        v = load_tile(v_base, offs_n, svt, offs_d, col_ok, d_ok)
         phi = load_tile(PHI + f_base, offs_n, R, offs_r, col_ok, r_ok)  # [BLOCK_N, BLOCK_R]
+        lam = tl.load(lam_base + offs_n, mask=col_ok, other=1.0)
         phi_t = load_tile_t(PHI + f_base, offs_n, R, offs_r, col_ok, r_ok)  # [BLOCK_R, BLOCK_N]
-        inv_lam = 1.0 / tl.load(lam_base + offs_n, mask=col_ok, other=1.0)
-        prior2, m, w = _prior_tile(c, phi_t, inv_lam[None, :], floor, FACTORS)
+        k_t = load_tile_t(k_base, offs_n, skt, offs_d, col_ok, d_ok)  # [BLOCK_D, BLOCK_N]
+        v_t = load_tile_t(v_base, offs_n, svt, offs_d, col_ok, d_ok)
+        w = _weight_tile(c, phi_t, FACTORS)  # w_ij = 1 - c_i . phi_j
         s2 = tl.dot(q, k_t, input_precision=PRECISION) * qk_scale2
-        if GATE == 0:
-            s2 += prior2
         keep = (offs_n[None, :] <= offs_m[:, None]) & col_ok[None, :] & row_ok[:, None]
-        a = tl.where(keep, tl.exp2(s2 - lse2[:, None]), 0.0)  # p_ij = exp(s_ij - lse_i)
         da = tl.dot(do, v_t, input_precision=PRECISION)  # da_ij = do_i . v_j
         if GATE == 0:
-            ds = a * (da - delta[:, None])  # dS_ij = p_ij (da_ij - delta_i)
-            big_g = tl.where(m >= floor, ds / w, 0.0)  # G_ij = dM_ij / lambda_j (0 below the floor)
+            floor_lam = (floor * lam)[None, :]
+            # e_ij = exp(z_ij - lse_i) / lambda_j, z_ij = scale q_i . k_j; a_ij = e_ij max(w_ij, f lambda_j)
+            e = tl.where(keep, tl.exp2(s2 - tl.log2(lam)[None, :] - lse2[:, None]), 0.0)
+            ed = e * (da - delta[:, None])  # e_ij (da_ij - delta_i)
+            ds = ed * tl.maximum(w, floor_lam)  # dS_ij = a_ij (da_ij - delta_i)
+            big_g = tl.where(w >= floor_lam, ed, 0.0)  # G_ij = dS_ij / w_ij = e_ij (da_ij - delta_i)
+            g_phi = phi
         else:
-            g, x, slope, passes = _gate_tile(m, beta, gamma, GATE)
+            a = tl.where(keep, tl.exp2(s2 - lse2[:, None]), 0.0)  # p_ij = exp(s_ij - lse_i)
+            g, x, slope, passes = _gate_tile(w / lam[None, :], beta, gamma, GATE)
             ds = a * (g * da - delta[:, None])  # dS_ij = p_ij (g_ij da_ij - delta_i)
             du = a * da * slope  # dL/du_ij = p_ij da_ij g'(u_ij)
             dbeta += tl.sum(du * x, 1)
             dgamma += tl.sum(du, 1)
-            big_g = du * beta * passes * inv_lam[None, :]  # G_ij = dM_ij / lambda_j
+            big_g = du * beta * passes  # lambda_j G_ij = dM_ij
+            g_phi = phi / lam[:, None]  # (lambda_j G_ij) (phi_j / lambda_j) = G_ij phi_j
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)  # dq_i = scale sum_j dS_ij k_j
-        dc -= tl.dot(big_g, phi, input_precision=FACTORS)  # dc_i = -sum_j G_ij phi_j
+        dc -= tl.dot(big_g, g_phi, input_precision=PRECISION)  # dc_i = -sum_j G_ij phi_j
     tl.store(DQ + pid_bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty),
              mask=q_mask)
     tl.store(DC + (pid_bh * T + offs_m[:, None]) * R + offs_r[None, :], dc, mask=c_mask)
