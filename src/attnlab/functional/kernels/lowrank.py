@@ -147,7 +147,7 @@ def _forward_kernel(Q, K, V, C, PHI, LAM, BG, O, LSE2,
                 tl.where(keep, s2 - tl.log2(lam)[None, :], float("-inf")),
                 tl.maximum(w, (floor * lam)[None, :]), m_i, l_i, acc, v, PRECISION)
         else:  # softmax_j(s q_i . k_j) g(M_ij) v_j
-            g, _, _, _ = _gate_tile(w / lam[None, :], beta, gamma, GATE)
+            g, _, _, _ = _gate_tile(w * (1.0 / lam)[None, :], beta, gamma, GATE)
             m_i, l_i, acc = online_softmax_gated_step(tl.where(keep, s2, float("-inf")), g, m_i, l_i, acc, v,
                                                       PRECISION)
     out = acc / l_i[:, None]  # o_i = sum_j a_ij (g_ij) v_j
@@ -219,7 +219,7 @@ def _dkdv_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DK, DV, DPHI, DLAM,
                 dmm_t = tl.where(above, ds_t, 0.0)  # dM_ij M_ij
             else:
                 da_t = tl.dot(v, do_t, input_precision=PRECISION)  # da_ij = do_i . v_j
-                m_t = w_t / lam[:, None]  # M_ij
+                m_t = w_t * (1.0 / lam)[:, None]  # M_ij = w_ij / lambda_j (one reciprocal per key)
                 a_t = tl.where(keep, tl.exp2(s2_t - lse2[None, :]), 0.0)  # p_ij = exp(s_ij - lse_i)
                 g_t, _, slope_t, passes_t = _gate_tile(m_t, beta, gamma, GATE)
                 dv += tl.dot((a_t * g_t).to(do.dtype), do, input_precision=PRECISION)  # dv_j = sum_i p_ij g_ij do_i
@@ -299,7 +299,7 @@ def _dq_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DQ, DC, DBETA, DGAMMA,
             g_phi = phi
         else:
             a = tl.where(keep, tl.exp2(s2 - lse2[:, None]), 0.0)  # p_ij = exp(s_ij - lse_i)
-            g, x, slope, passes = _gate_tile(w / lam[None, :], beta, gamma, GATE)
+            g, x, slope, passes = _gate_tile(w * (1.0 / lam)[None, :], beta, gamma, GATE)
             ds = a * (g * da - delta[:, None])  # dS_ij = p_ij (g_ij da_ij - delta_i)
             du = a * da * slope  # dL/du_ij = p_ij da_ij g'(u_ij)
             dbeta += tl.sum(du * x, 1)
