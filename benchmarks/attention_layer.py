@@ -11,7 +11,14 @@ machine noise hits both alike (medians over --repeats):
     python benchmarks/attention_layer.py --pos-encoding alibi --variants standard selective    # ALiBi in every layer
     python benchmarks/attention_layer.py --softcap 30 --variants standard sink    # a logit softcap in every layer
     python benchmarks/attention_layer.py --device cuda --backend flex --softcap 30 --variants standard ssmax
+    python benchmarks/attention_layer.py --profile 12 --variants magnitude-causal-lowrank    # where the time goes
 Prints one JSON object.
+
+--profile N adds to each row the N costliest entries of one forward+backward call under torch.profiler, after the
+timings (so the profiler's overhead stays out of them): on CUDA the GPU kernels by their device time (Triton's
+kernels under their own names, cuBLAS, cuSOLVER and PyTorch's under theirs), on the CPU the aten operators by their
+self time; each with its calls, milliseconds and share of the call's total (the sum over every entry, so the shares
+of the N listed add up to at most 1).
 """
 
 from __future__ import annotations
@@ -97,6 +104,27 @@ def peak_memory_mb(fn, device) -> float | None:
     return torch.cuda.max_memory_allocated(device) / 2**20
 
 
+def profile_top(fn, device, top: int) -> dict:
+    """The ``top`` costliest entries of one call of fn under torch.profiler: GPU kernels by device time on CUDA,
+    aten operators by self CPU time elsewhere (self times: no entry counts another's time)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        fn()
+        _sync(device)
+    entries = [(e.key, e.count, e.self_device_time_total if cuda else e.self_cpu_time_total)
+               for e in prof.key_averages() if (e.device_type == DeviceType.CUDA) == cuda]
+    total = sum(us for _, _, us in entries)
+    entries.sort(key=lambda e: -e[2])
+    return {"clock": "device (GPU kernels)" if cuda else "cpu (aten operators, self time)",
+            "total_ms": round(total / 1e3, 3),
+            "top": [{"name": name, "calls": calls, "ms": round(us / 1e3, 3), "share": round(us / total, 4)}
+                    for name, calls, us in entries[:top]]}
+
+
 def add_shape_args(p: argparse.ArgumentParser) -> None:
     """The options every attention benchmark shares: shape, repeats, device, dtype."""
     p.add_argument("--batch", type=int, default=8)
@@ -119,7 +147,12 @@ def main(argv=None):
                    help="attention.softcap for every variant: logits c tanh(z / c) (the reference has none)")
     p.add_argument("--backend", default=None, choices=BACKENDS,
                    help="attention.backend for every variant (default: each variant's own, usually 'auto')")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="add each layer's N costliest kernels (CUDA) or operators (CPU) of one fwd+bwd call")
     args = p.parse_args(argv)
+    if args.profile < 0:
+        raise SystemExit(f"benchmarks/attention_layer.py: --profile {args.profile}; allowed: 0 (no profile) or a "
+                         f"positive number of entries")
 
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     n_embd = args.heads * args.head_dim
@@ -146,6 +179,8 @@ def main(argv=None):
             row[f"layer_{mode}_ms"], row[f"sdpa_layer_{mode}_ms"] = round(ours, 3), round(ref, 3)
             row[f"layer_{mode}_ratio"] = round(ours / ref, 3)
             row[f"layer_{mode}_peak_mb"] = peak_memory_mb(make(layer, inp, **extra), device)
+        if args.profile:
+            row["profile"] = profile_top(fwd_bwd(layer, x_grad, **extra), device, args.profile)
         results.append(row)
         if (cfg.magnitude is not None or cfg.count_prior or cfg.sink or cfg.selective
                 or cfg.differential or cfg.alibi):  # their cost lives in the layer, around or inside the attention call

@@ -9,8 +9,9 @@
 #      timeout keeps what was measured.
 #   Then benchmarks/attention_layer.py, alone too: the layer of every variant on the dilution page in bfloat16 at
 #      T = 2048 against the raw-SDPA layer (attention_layer_dilution_bf16.json); then the whole low-rank magnitude
-#      layers (the solve plus the attention) at T = 4096, B = 4, H = 12 in bfloat16 against the same reference
-#      (attention_layer_magnitude_4096_bf16.json); then the layer on backend 'flex' at T = 2048: standard and
+#      layers (the solve plus the attention) at T = 4096, B = 4, H = 12 in bfloat16 against the same reference, with
+#      each layer's 15 costliest GPU kernels of one fwd+bwd call (--profile 15: where the solve's time goes;
+#      attention_layer_magnitude_4096_bf16.json); then the layer on backend 'flex' at T = 2048: standard and
 #      SSMax, a softcap, ALiBi (attention_layer_flex_bf16.json, a list of the three runs).
 #   2. At once, until the end: the GPU tests one file group after another (the Triton kernels' tests, FlexAttention's
 #      gradients, tests/test_cuda.py; tests.log), and every comparison named as an argument, each in its own
@@ -48,8 +49,8 @@ timeout 90 python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 
   magnitude-prefix-logits-lowrank > "$DEST/attention_layer_dilution_bf16.json" 2> /tmp/layer.err; echo "rc $?"
 tail -2 /tmp/layer.err
 stamp "attention_layer.py, the low-rank magnitude layers at T = 4096"
-timeout 60 python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 --seq 4096 --batch 4 --heads 12 \
-  --repeats 10 --variants standard magnitude-causal-lowrank magnitude-prefix-logits-lowrank \
+timeout 90 python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 --seq 4096 --batch 4 --heads 12 \
+  --repeats 10 --profile 15 --variants standard magnitude-causal-lowrank magnitude-prefix-logits-lowrank \
   > "$DEST/attention_layer_magnitude_4096_bf16.json" 2> /tmp/layer4096.err; echo "rc $?"
 tail -2 /tmp/layer4096.err
 stamp "attention_layer.py, FlexAttention's score modifiers"
