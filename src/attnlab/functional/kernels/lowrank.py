@@ -128,9 +128,12 @@ def _forward_kernel(Q, K, V, C, PHI, LAM, BG, O, LSE2,
     lam_base = LAM + b * slb + hf * slh
     beta = tl.load(BG)  # the value gate's beta and gamma (unused by the prior, GATE = 0)
     gamma = tl.load(BG + 1)
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running row maximum of the exponents
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum_j of the row's terms (see below) over exp2(m_i)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)  # the same sum with v_j
+    # x_ij = s2_ij - log2 lambda_j (the prior) or s2_ij (a gate); m_i their running row maximum, l_i the running
+    # sum_j exp2(x_ij - m_i) max(w_ij, f lambda_j) (the prior) or sum_j exp2(x_ij - m_i) (a gate), acc the running
+    # sum of the prior's terms times v_j, or of the gate's times g_ij v_j
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     hi = tl.minimum((pid_m + 1) * BLOCK_M, T)  # causal: no key after the block's last query
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
