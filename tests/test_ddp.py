@@ -46,6 +46,7 @@ def _overrides(out_dir, cache_dir) -> list[str]:
             "train.log_interval=1", "train.eval_interval=3", "train.grad_accum=2", "train.sample_tokens=0"]
 
 
+@pytest.mark.slow  # two torchrun processes, about 11 s on the 2-core CPU; CI runs it with the slow tests
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not available")
 def test_torchrun_two_processes_match_single_process(tmp_path):
     cache = tmp_path / "cache"

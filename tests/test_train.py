@@ -250,6 +250,7 @@ def test_same_seed_same_losses(tmp_path, cache_dir):
                                                                                            "metrics.jsonl") for k in r)
 
 
+@pytest.mark.slow  # about 26 s on the 2-core CPU: the default suite stays short; CI runs it with the slow tests
 def test_bfloat16_autocast_run(tmp_path, cache_dir):
     summary = train(tiny(tmp_path / "bf16", cache_dir, train__max_steps=5, train__dtype="bfloat16",
                          train__sample_tokens=0), quiet=True)
