@@ -195,7 +195,8 @@ def test_small_floor_lambda_products_stay_finite_and_exact(floor, lam_range):
     """The kernels take exp(z - log lambda_j) times max(w, floor lambda_j) with the running maximum over z - log
     lambda alone (lowrank's docstring): the row sum is at least floor lambda_j and each backward exponential at most
     1 / (floor lambda_j). With floor lambda_j down to 1e-26 and lambda over 18 decades, the output and every
-    gradient stay finite and within the float32 tolerances of the float64 reference (measured: 1.4e-6 at most)."""
+    gradient stay finite and within the float32 tolerances of the float64 reference (measured under the
+    interpreter: 1.4e-6 at most on the output and dq, dk, dv, 3.0e-6 on the factors' gradients)."""
     inputs, do = make(2, 2, 2, 33, 16, 3)
     g = torch.Generator().manual_seed(1)
     low, high = (torch.log(torch.tensor(x)).item() for x in lam_range)
