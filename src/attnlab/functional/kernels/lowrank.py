@@ -282,7 +282,6 @@ def _dq_kernel(Q, K, V, C, PHI, LAM, BG, DO, LSE2, DELTA, DQ, DC, DBETA, DGAMMA,
         offs_n = start_n + tl.arange(0, BLOCK_N)
         col_ok = offs_n < T
         k = load_tile(k_base, offs_n, skt, offs_d, col_ok, d_ok)
-        v = load_tile(v_base, offs_n, svt, offs_d, col_ok, d_ok)
         phi = load_tile(PHI + f_base, offs_n, R, offs_r, col_ok, r_ok)  # [BLOCK_N, BLOCK_R]
         lam = tl.load(lam_base + offs_n, mask=col_ok, other=1.0)
         phi_t = load_tile_t(PHI + f_base, offs_n, R, offs_r, col_ok, r_ok)  # [BLOCK_R, BLOCK_N]
