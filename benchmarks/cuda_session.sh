@@ -20,7 +20,9 @@
 #      are copied into NAME's run directory first (for a part whose preset reuses an earlier part's standard runs);
 #      with +VARIANT,..., only those variants (the baseline first), so a grid too big for one call runs in parts
 #      (`attnlab compare` resumes a grid with other variants and reports the union).
-#   BENCH=0 skips step 1, for a call that only runs tests and comparisons.
+#      A comparison may also be a sweep, NAME:KEY=V1,V2,...[@JOBS][+VARIANT,...], as cuda_grids.sh takes it.
+#   BENCH=0 skips step 1, for a call that only runs tests and comparisons; BENCH="lowrank dilution" runs only those of
+#   its parts (perkey, lowrank, dilution, magnitude, flex: the five groups above, in that order).
 # What comes back (the device returns at most 8 files): machine.txt, kernels.json, kernels_lowrank.json,
 # attention_layer_dilution_bf16.json, attention_layer_magnitude_4096_bf16.json, attention_layer_flex_bf16.json,
 # tests.log and, with comparisons, grids.tgz (every run without its checkpoints, and grids.log, each comparison's
@@ -34,8 +36,10 @@ left() { echo $(( END - ($(date +%s) - t0) )); }
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
   python3 -c "import torch,sys,triton;print(sys.version, torch.__version__, torch.version.cuda, triton.__version__)"
   nproc; } > "$DEST/machine.txt" 2>&1
-if [ "${BENCH:-1}" != 0 ]; then  # BENCH=0: no benchmarks, the whole time to the tests and the comparisons
+BENCH="${BENCH:-1}"; [ "$BENCH" = 1 ] && BENCH="perkey lowrank dilution magnitude flex"
+part() { [[ " $BENCH " == *" $1 "* ]]; }  # BENCH=0: no benchmarks, the whole time to the tests and the comparisons
 for family in perkey lowrank; do
+  part $family || continue
   stamp "kernels.py $family"; file="$DEST/kernels.json"; [ $family = lowrank ] && file="$DEST/kernels_lowrank.json"
   extra=""; [ $family = lowrank ] && extra="--lowrank-blocks ${LOWRANK_BLOCKS:-32x32}
     --lowrank-backward-blocks ${LOWRANK_BACKWARD_BLOCKS:-64x64 64x16 128x16} --lowrank-backward-warps 8"
@@ -43,16 +47,21 @@ for family in perkey lowrank; do
     2> /tmp/$family.err
   echo "rc $?"; tail -3 /tmp/$family.err
 done
+if part dilution; then
 stamp "attention_layer.py, the dilution page's variants"
 timeout 90 python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 --seq 2048 --repeats 10 --variants \
   standard qk-norm count-prior ssmax softpick stick-breaking gated sink selective differential magnitude-prefix-logits \
   magnitude-prefix-logits-lowrank > "$DEST/attention_layer_dilution_bf16.json" 2> /tmp/layer.err; echo "rc $?"
 tail -2 /tmp/layer.err
+fi
+if part magnitude; then
 stamp "attention_layer.py, the low-rank magnitude layers at T = 4096"
 timeout 90 python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 --seq 4096 --batch 4 --heads 12 \
   --repeats 10 --profile 15 --variants standard magnitude-causal-lowrank magnitude-prefix-logits-lowrank \
   > "$DEST/attention_layer_magnitude_4096_bf16.json" 2> /tmp/layer4096.err; echo "rc $?"
 tail -2 /tmp/layer4096.err
+fi
+if part flex; then
 stamp "attention_layer.py, FlexAttention's score modifiers"
 flex=(standard-ssmax "--variants standard ssmax" softcap "--softcap 30 --variants standard"
       alibi "--pos-encoding alibi --variants standard")
@@ -76,7 +85,8 @@ for spec in "$@"; do
   [[ "$spec" == *+* ]] && { variants="${spec##*+}"; spec="${spec%+*}"; }
   [[ "$spec" == *@* ]] && { jobs="${spec##*@}"; spec="${spec%@*}"; }
   name="${spec%%=*}"
-  if [[ "$spec" == *=* ]]; then mkdir -p "$WORK/$name"; cp -r "results/${spec#*=}/standard" "$WORK/$name/"; fi
+  if [[ "$spec" == *:* ]]; then name="$spec"  # NAME:KEY=V1,V2,...: a sweep, as cuda_grids.sh takes it
+  elif [[ "$spec" == *=* ]]; then mkdir -p "$WORK/$name"; cp -r "results/${spec#*=}/standard" "$WORK/$name/"; fi
   limit=$(left); [ "$limit" -ge 1 ] || limit=1
   GRID_TIMEOUT=$limit GRID_JOBS="$jobs" GRID_WORK="$WORK" GRID_VARIANTS="${variants//,/ }" \
     bash benchmarks/cuda_grids.sh "$WORK.out-$i" "$name" \
