@@ -86,7 +86,8 @@ LEFT_OFF = {
     "hijack-v2-3": "a calibration: one seed per variant, every run at its cap",
     "hijack-v2-4-calibration": "a calibration: one seed per variant, on another cap than the study's",
     "boneless-early": "the boneless comparison at an earlier, shorter budget (superseded by boneless)",
-    "zoology-mqar-t64-d64-sweep": "a learning-rate sweep of `standard` alone: no variant to compare",
+    **{f"zoology-mqar-{cell}-sweep": "a learning-rate sweep of `standard` alone: no variant to compare"
+       for cell in ("t64-d64", "t64-d128", "t128-d64", "t128-d128")},
 }
 LEADERBOARD_PLOT = ROOT / "results" / "leaderboard.png"
 

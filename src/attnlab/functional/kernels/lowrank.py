@@ -71,7 +71,9 @@ CUDA_BACKWARD_BLOCKS = (64, 32)
 """The backward kernels' (outer, inner) tiles on CUDA when backward_blocks is None: the fastest of the tiles that
 ``benchmarks/kernels.py --lowrank-backward-blocks`` timed on an H100 at every length (the speed page), where the
 forward's 64 x 64 left both backward kernels spilling registers."""
-BACKWARD_WARPS = 4  # warps per program of the two backward kernels
+BACKWARD_WARPS = 4
+"""Warps per program of the two backward kernels: with 8 the (64, 32) tiles stop spilling registers, yet they ran
+slower on an H100 (the speed page)."""
 
 
 @triton.jit
