@@ -12,7 +12,13 @@ machine noise hits both alike (medians over --repeats):
     python benchmarks/attention_layer.py --softcap 30 --variants standard sink    # a logit softcap in every layer
     python benchmarks/attention_layer.py --device cuda --backend flex --softcap 30 --variants standard ssmax
     python benchmarks/attention_layer.py --profile 12 --variants magnitude-causal-lowrank    # where the time goes
+    python benchmarks/attention_layer.py --compile --variants standard magnitude-causal-lowrank    # eager and compiled
 Prints one JSON object.
+
+--compile times every variant twice: eager, then with both layers (attnlab's and the reference) under
+torch.compile, in a second row marked "compiled": true (its core columns empty). Compilation happens in the warmup
+calls, outside the timings. On a GPU this is what a compiled training run gets from fusing the small kernels
+of a layer (the low-rank solve's, say) into fewer launches.
 
 --profile N adds to each row the N costliest entries of one forward+backward call under torch.profiler, after the
 timings (so the profiler's overhead stays out of them): on CUDA the GPU kernels by their device time (Triton's
@@ -119,10 +125,23 @@ def profile_top(fn, device, top: int) -> dict:
                for e in prof.key_averages() if (e.device_type == DeviceType.CUDA) == cuda]
     total = sum(us for _, _, us in entries)
     entries.sort(key=lambda e: -e[2])
+    launches = {"launches": sum(calls for _, calls, _ in entries)} if cuda else {}  # kernels and copies, one call
     return {"clock": "device (GPU kernels)" if cuda else "cpu (aten operators, self time)",
-            "total_ms": round(total / 1e3, 3),
+            "total_ms": round(total / 1e3, 3), **launches,
             "top": [{"name": name, "calls": calls, "ms": round(us / 1e3, 3), "share": round(us / total, 4)}
                     for name, calls, us in entries[:top]]}
+
+
+def time_layer(row: dict, layer, reference, x, x_grad, extra: dict, device, args) -> None:
+    """Fill row with the layer's forward and forward+backward medians against the reference's, their ratios and
+    peak memory (CUDA), and with --profile its costliest kernels of one forward+backward call."""
+    for mode, make, inp in (("fwd", fwd, x), ("fwd_bwd", fwd_bwd, x_grad)):
+        ours, ref = compare(make(layer, inp, **extra), make(reference, inp), device, args.warmup, args.repeats)
+        row[f"layer_{mode}_ms"], row[f"sdpa_layer_{mode}_ms"] = round(ours, 3), round(ref, 3)
+        row[f"layer_{mode}_ratio"] = round(ours / ref, 3)
+        row[f"layer_{mode}_peak_mb"] = peak_memory_mb(make(layer, inp, **extra), device)
+    if args.profile:
+        row["profile"] = profile_top(fwd_bwd(layer, x_grad, **extra), device, args.profile)
 
 
 def add_shape_args(p: argparse.ArgumentParser) -> None:
@@ -149,6 +168,8 @@ def main(argv=None):
                    help="attention.backend for every variant (default: each variant's own, usually 'auto')")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="add each layer's N costliest kernels (CUDA) or operators (CPU) of one fwd+bwd call")
+    p.add_argument("--compile", action="store_true",
+                   help="time every variant also with both layers under torch.compile (a second row, compiled)")
     args = p.parse_args(argv)
     if args.profile < 0:
         raise SystemExit(f"benchmarks/attention_layer.py: --profile {args.profile}; allowed: 0 (no profile) or a "
@@ -160,6 +181,7 @@ def main(argv=None):
     x = torch.randn(args.batch, args.seq, n_embd, device=device, dtype=dtype)
     x_grad = x.clone().requires_grad_()
     reference = RawSDPALayer(n_embd, args.heads).to(device, dtype)
+    compiled_reference = torch.compile(reference) if args.compile else None
     results = []
     for name in args.variants or variants():
         cfg = GPTConfig(n_head=args.heads, n_embd=n_embd, block_size=args.seq, attention=name,
@@ -174,14 +196,12 @@ def main(argv=None):
         if cfg.count_prior:  # the duplicate-count prior of random token ids (the GPT computes it once per forward)
             idx = torch.randint(0, 64, (args.batch, args.seq), generator=torch.Generator().manual_seed(0))
             extra["count_prior"] = count_log_prior(idx.to(device), dtype)
-        for mode, make, inp in (("fwd", fwd, x), ("fwd_bwd", fwd_bwd, x_grad)):
-            ours, ref = compare(make(layer, inp, **extra), make(reference, inp), device, args.warmup, args.repeats)
-            row[f"layer_{mode}_ms"], row[f"sdpa_layer_{mode}_ms"] = round(ours, 3), round(ref, 3)
-            row[f"layer_{mode}_ratio"] = round(ours / ref, 3)
-            row[f"layer_{mode}_peak_mb"] = peak_memory_mb(make(layer, inp, **extra), device)
-        if args.profile:
-            row["profile"] = profile_top(fwd_bwd(layer, x_grad, **extra), device, args.profile)
+        time_layer(row, layer, reference, x, x_grad, extra, device, args)
         results.append(row)
+        if args.compile:
+            compiled = {**row, "compiled": True, "core_fwd_ms": None, "sdpa_core_fwd_ms": None, "core_fwd_ratio": None}
+            time_layer(compiled, torch.compile(layer), compiled_reference, x, x_grad, extra, device, args)
+            results.append(compiled)
         if (cfg.magnitude is not None or cfg.count_prior or cfg.sink or cfg.selective
                 or cfg.differential or cfg.alibi):  # their cost lives in the layer, around or inside the attention call
             row["core_fwd_ms"] = row["sdpa_core_fwd_ms"] = row["core_fwd_ratio"] = None
@@ -201,7 +221,7 @@ def main(argv=None):
     out = {
         "benchmark": "attention_layer",
         "shape": {"batch": args.batch, "heads": args.heads, "seq": args.seq, "head_dim": args.head_dim},
-        "pos_encoding": args.pos_encoding, "softcap": args.softcap, "backend": args.backend,
+        "pos_encoding": args.pos_encoding, "softcap": args.softcap, "backend": args.backend, "compile": args.compile,
         "device": str(device), "dtype": args.dtype, "torch": torch.__version__, "threads": torch.get_num_threads(),
         "machine": platform.processor() or platform.machine(), "repeats": args.repeats,
         "note": "ratio = attnlab median / raw-SDPA median in this run (causal); core references repeat K/V heads",

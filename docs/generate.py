@@ -503,7 +503,8 @@ def layer_rows(bench: dict, core: bool, rounded: bool = False) -> list[str]:
              "|---|---|---|---|---|---|" + ("---|" if core else "")]
     for r in bench["results"]:
         path = r.get("path") or ("SDPA" if r["sdpa_path"] else "explicit")  # runs before the path was saved
-        row = (f"| `{r['variant']}` | {path} | {ms(r['layer_fwd_ms'])} | {ratio(r['layer_fwd_ratio'])} | "
+        name = f"`{r['variant']}`" + (", compiled" if r.get("compiled") else "")  # --compile: both layers compiled
+        row = (f"| {name} | {path} | {ms(r['layer_fwd_ms'])} | {ratio(r['layer_fwd_ratio'])} | "
                f"{ms(r['layer_fwd_bwd_ms'])} | {ratio(r['layer_fwd_bwd_ratio'])} |")
         if core:
             row += " n/a (in the layer) |" if r["core_fwd_ratio"] is None else f" {ratio(r['core_fwd_ratio'])} |"

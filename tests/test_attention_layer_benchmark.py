@@ -50,3 +50,30 @@ def test_a_negative_profile_is_a_one_line_error():
         attention_layer.main(["--profile", "-1"])
     message = str(stop.value.code)
     assert "\n" not in message and "--profile -1; allowed" in message
+
+
+@pytest.mark.slow
+def test_compile_adds_a_compiled_row_after_each_eager_one():
+    """--compile (torch.compile of both layers: about 30 s on the 2-core CPU, hence slow): each variant's eager row,
+    then its compiled row, timed against the compiled reference, with no core columns."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        attention_layer.main(["--seq", "64", "--batch", "1", "--heads", "2", "--head-dim", "16", "--repeats", "1",
+                              "--warmup", "1", "--compile", "--variants", "magnitude-causal-lowrank"])
+    bench = json.loads(out.getvalue())
+    eager, compiled = bench["results"]
+    assert bench["compile"] is True and "compiled" not in eager and compiled["compiled"] is True
+    assert eager["variant"] == compiled["variant"] == "magnitude-causal-lowrank" and eager["path"] == compiled["path"]
+    assert compiled["core_fwd_ratio"] is None and all(compiled[f"layer_{m}_ms"] > 0 for m in ("fwd", "fwd_bwd"))
+
+
+def test_the_docs_table_labels_compiled_rows():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_generate", ROOT / "docs" / "generate.py")
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    row = {"variant": "standard", "path": "sdpa", "sdpa_path": True, "layer_fwd_ms": 1.0, "layer_fwd_ratio": 1.0,
+           "layer_fwd_bwd_ms": 2.0, "layer_fwd_bwd_ratio": 1.0, "core_fwd_ratio": None}
+    lines = generate.layer_rows({"results": [row, {**row, "compiled": True}]}, core=False)
+    assert lines[2].startswith("| `standard` | sdpa |") and lines[3].startswith("| `standard`, compiled | sdpa |")
