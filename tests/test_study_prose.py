@@ -92,13 +92,16 @@ def _best_seed(name: str, variant: str = "standard") -> int:
 
 def test_budgets_and_seeds_of_the_page():
     """The limits box: every comparison with a table on the study's pages ran 500 or 1000 steps with 3 seeds, but
-    for the fixed-m check's one seed."""
+    for the fixed-m check's one seed and the one re-run to a threshold (5 seeds)."""
     import re
 
     assert sorted(CAPABILITY_PAGES) == sorted((ROOT / "docs" / "studies").glob("capability*.md")), "every page read"
     page = "".join(p.read_text() for p in CAPABILITY_PAGES)
     names = set(re.findall(r"<!-- RESULTS:([\w-]+):BEGIN", page)) | set(re.findall(r"HIJACK-PROTOCOL:([\w-]+):", page))
-    settings = {name: _results(name)["settings"] for name in names}
+    threshold = {name for name in names if _results(name).get("convergence")}  # the re-runs to a threshold
+    assert threshold == {"noisy-gates-1"} and "the one exception is the later re-run" in CAPABILITY
+    assert len(_results("noisy-gates-1")["settings"]["seeds"]) == 5
+    settings = {name: _results(name)["settings"] for name in names - threshold}
     steps = sorted({s["max_steps"] for s in settings.values()})
     seeds = {name: len(s["seeds"]) for name, s in settings.items()}
     assert {n for n, k in seeds.items() if k != 3} == {"hijack-fixed"} and seeds["hijack-fixed"] == 1
@@ -351,3 +354,41 @@ def test_heads_hijack_runs_were_still_learning():
            in HEADS
     assert f"(validation loss {standard[0]:.4f} at step 375, {standard[1]:.4f} at step 500)" in HEADS
     assert all(p > 0.05 for p in _hijack_p(name).values())
+
+
+def test_the_noisy_gates_prose_is_the_saved_runs():
+    """capability-noisy-recall.md's section on the value gates run to a threshold (noisy-gates-1), recomputed from
+    each run's summary.json (accuracy, threshold step) with scipy's paired t-test and Holm, and from results.json
+    (the bootstrap CIs, the log-rank tests, the detectable difference)."""
+    from scipy import stats
+    from statsmodels.stats.multitest import multipletests
+
+    name = "noisy-gates-1"
+    page = " ".join((ROOT / "docs" / "studies" / "capability-noisy-recall.md").read_text().split())
+    summary = {v: {s: json.loads((RESULTS / name / v / f"seed{s}" / "summary.json").read_text()) for s in range(5)}
+               for v in ("standard", "magnitude-causal", "magnitude-prefix")}
+    met = {v: sorted(r["threshold_step"] for r in runs.values() if r["converged"]) for v, runs in summary.items()}
+    assert len(met["standard"]) == 5 and max(met["standard"]) == 700 and "by step 700" in page
+    assert len(met["magnitude-prefix"]) == 3 and len(met["magnitude-causal"]) == 1
+    assert "met the threshold in 3 seeds of 5" in page and "`magnitude-causal` in 1 of 5" in page
+    results = _results(name)
+    conv = {r["variant"]: r for r in results["convergence"]["variants"]}  # Kaplan-Meier medians over all 5 seeds
+    assert conv["standard"]["median"] == statistics.median(met["standard"])  # every standard run met it
+    assert f"median {conv['magnitude-prefix']['median']:.0f} steps against `standard`'s " \
+           f"{statistics.median(met['standard']):.0f}" in page
+    assert all(f"log-rank p = {conv[v]['logrank_vs_baseline']['p']:.3g}" in page for v in ("magnitude-prefix",
+                                                                                            "magnitude-causal"))
+    capped = [100 * r["final_val_accuracy"] for v in ("magnitude-causal", "magnitude-prefix")
+              for r in summary[v].values() if not r["converged"]]
+    assert f"ended between {min(capped):.2f}% and {max(capped):.2f}%" in page
+    acc = {v: [runs[s]["final_val_accuracy"] for s in range(5)] for v, runs in summary.items()}
+    ps = [stats.ttest_rel(acc[v], acc["standard"]).pvalue for v in ("magnitude-causal", "magnitude-prefix")]
+    holm = multipletests(ps, method="holm")[1]
+    primary = {r["variant"]: r for r in results["primary"]["variants"]}
+    for v, p in zip(("magnitude-causal", "magnitude-prefix"), holm):
+        diff = 100 * (statistics.mean(acc[v]) - statistics.mean(acc["standard"]))
+        ci = primary[v]["ci"]
+        assert (f"{diff:.2f} points".replace("-", "−") + f"{', 95% CI' if v == 'magnitude-causal' else ' (CI'} "
+                f"[{100 * ci['low']:.2f}, {100 * ci['high']:.2f}], Holm p = {p:.3g}") in page, v
+    assert holm[0] < 0.05 < holm[1]  # "is lower" / "is not significant"
+    assert round(100 * primary["magnitude-prefix"]["detectable"]) == 55 and "about 55 points" in page
