@@ -17,8 +17,8 @@ Prints one JSON object.
 
 --compile times every variant twice: eager, then with both layers (attnlab's and the reference) under
 torch.compile, in a second row marked "compiled": true (its core columns empty). Compilation happens in the warmup
-calls, outside the timings. On a GPU this is what a compiled training run gets from fusing the small kernels
-of a layer (the low-rank solve's, say) into fewer launches.
+calls, outside the timings. On a GPU it measures what a compiled training run can gain where a layer launches
+many small kernels (the low-rank solve, say).
 
 --profile N adds to each row the N costliest entries of one forward+backward call under torch.profiler, after the
 timings (so the profiler's overhead stays out of them): on CUDA the GPU kernels by their device time (Triton's
