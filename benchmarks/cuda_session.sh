@@ -22,9 +22,9 @@
 #      (`attnlab compare` resumes a grid with other variants and reports the union).
 #      A comparison may also be a sweep, NAME:KEY=V1,V2,...[@JOBS][+VARIANT,...], as cuda_grids.sh takes it.
 #   BENCH=0 skips step 1, for a call that only runs tests and comparisons; BENCH="lowrank dilution" runs only those of
-#   its parts (perkey, lowrank, dilution, magnitude, flex: the five groups above, in that order), and "compiled" adds
-#   the T = 4096 magnitude layers eager and under torch.compile (--compile; attention_layer_magnitude_4096_bf16_compiled.json:
-#   how many of the solve's launches compilation removes), a part left out of BENCH=1 for the eight-file limit.
+#   its parts (perkey, lowrank, dilution, magnitude, flex: the five groups above, in that order); "compiled" beside
+#   "magnitude" times those layers also under torch.compile (--compile: a compiled row after each eager one in the
+#   same file; how many of the solve's launches compilation removes).
 # What comes back (the device returns at most 8 files): machine.txt, kernels.json, kernels_lowrank.json,
 # attention_layer_dilution_bf16.json, attention_layer_magnitude_4096_bf16.json, attention_layer_flex_bf16.json,
 # tests.log and, with comparisons, grids.tgz (every run without its checkpoints, and grids.log, each comparison's
@@ -56,19 +56,13 @@ timeout 90 python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 
   magnitude-prefix-logits-lowrank > "$DEST/attention_layer_dilution_bf16.json" 2> /tmp/layer.err; echo "rc $?"
 tail -2 /tmp/layer.err
 fi
-if part magnitude; then
-stamp "attention_layer.py, the low-rank magnitude layers at T = 4096"
-timeout 90 python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 --seq 4096 --batch 4 --heads 12 \
-  --repeats 10 --profile 15 --variants standard magnitude-causal-lowrank magnitude-prefix-logits-lowrank \
+if part magnitude; then  # with "compiled" too: each layer also under torch.compile, rows in the same file
+compile=""; limit=90; part compiled && { compile="--compile"; limit=240; }
+stamp "attention_layer.py, the low-rank magnitude layers at T = 4096 $compile"
+timeout $limit python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 --seq 4096 --batch 4 --heads 12 \
+  --repeats 10 --profile 15 $compile --variants standard magnitude-causal-lowrank magnitude-prefix-logits-lowrank \
   > "$DEST/attention_layer_magnitude_4096_bf16.json" 2> /tmp/layer4096.err; echo "rc $?"
 tail -2 /tmp/layer4096.err
-fi
-if part compiled; then  # not in BENCH=1's list: a ninth file with everything else
-stamp "attention_layer.py, the low-rank magnitude layers at T = 4096, eager and compiled"
-timeout 240 python3 benchmarks/attention_layer.py --device cuda --dtype bfloat16 --seq 4096 --batch 4 --heads 12 \
-  --repeats 10 --profile 15 --compile --variants standard magnitude-causal-lowrank magnitude-prefix-logits-lowrank \
-  > "$DEST/attention_layer_magnitude_4096_bf16_compiled.json" 2> /tmp/layer4096c.err; echo "rc $?"
-tail -2 /tmp/layer4096c.err
 fi
 if part flex; then
 stamp "attention_layer.py, FlexAttention's score modifiers"

@@ -281,3 +281,15 @@ def extreme_logit_inputs(sign: float, t: int = 8):
     k[..., 0] = sign if sign else torch.tensor([1.0, -1.0] * (t // 2))
     k = (k + 1e-6 * torch.randn(1, 1, t, 4)).requires_grad_()
     return q.requires_grad_(), k, torch.randn(1, 1, t, 4, requires_grad=True)
+
+
+def docs_generate():
+    """docs/generate.py as a module (it is a script, not part of the package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "generate.py"
+    spec = importlib.util.spec_from_file_location("docs_generate", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -66,14 +66,3 @@ def test_compile_adds_a_compiled_row_after_each_eager_one():
     assert eager["variant"] == compiled["variant"] == "magnitude-causal-lowrank" and eager["path"] == compiled["path"]
     assert compiled["core_fwd_ratio"] is None and all(compiled[f"layer_{m}_ms"] > 0 for m in ("fwd", "fwd_bwd"))
 
-
-def test_the_docs_table_labels_compiled_rows():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("docs_generate", ROOT / "docs" / "generate.py")
-    generate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(generate)
-    row = {"variant": "standard", "path": "sdpa", "sdpa_path": True, "layer_fwd_ms": 1.0, "layer_fwd_ratio": 1.0,
-           "layer_fwd_bwd_ms": 2.0, "layer_fwd_bwd_ratio": 1.0, "core_fwd_ratio": None}
-    lines = generate.layer_rows({"results": [row, {**row, "compiled": True}]}, core=False)
-    assert lines[2].startswith("| `standard` | sdpa |") and lines[3].startswith("| `standard`, compiled | sdpa |")

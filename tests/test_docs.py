@@ -18,20 +18,14 @@ from pathlib import Path
 import pytest
 
 from attnlab import variant_info, variants
+from helpers import docs_generate
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 README = (ROOT / "README.md").read_text()
 
 
-def _generate():
-    spec = importlib.util.spec_from_file_location("docs_generate", DOCS / "generate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-generate = _generate()
+generate = docs_generate()
 
 
 def _pages() -> dict[str, str]:
@@ -515,7 +509,8 @@ def test_the_whole_magnitude_layer_prose_is_the_saved_benchmark():
 
     cuda = ROOT / "results" / "benchmarks" / "cuda"
     at, before = ({r["variant"]: r for r in json.loads((cuda / f"attention_layer_magnitude_4096_bf16{x}.json")
-                                                        .read_text())["results"]} for x in ("", "_log_prior"))
+                                                        .read_text())["results"] if not r.get("compiled")}
+                  for x in ("", "_log_prior"))  # the eager rows (--compile adds a compiled row after each)
     causal, prefix, standard = at["magnitude-causal-lowrank"], at["magnitude-prefix-logits-lowrank"], at["standard"]
     speed = " ".join((DOCS / "speed.md").read_text().split())
     assert (f"costs {causal['layer_fwd_bwd_ratio']:.2f}x the raw-SDPA layer forward+backward, "
@@ -712,3 +707,10 @@ def test_the_dilution_pages_gpu_cost_prose_is_the_saved_benchmark():
             f"{x('magnitude-prefix-logits-lowrank')}") in page
     assert at["magnitude-prefix-logits-lowrank"]["path"] == "triton"
 
+
+def test_the_docs_table_labels_compiled_rows():
+    """benchmarks/attention_layer.py --compile's rows: the layer table names them compiled."""
+    row = {"variant": "standard", "path": "sdpa", "sdpa_path": True, "layer_fwd_ms": 1.0, "layer_fwd_ratio": 1.0,
+           "layer_fwd_bwd_ms": 2.0, "layer_fwd_bwd_ratio": 1.0, "core_fwd_ratio": None}
+    lines = generate.layer_rows({"results": [row, {**row, "compiled": True}]}, core=False)
+    assert lines[2].startswith("| `standard` | sdpa |") and lines[3].startswith("| `standard`, compiled | sdpa |")

@@ -24,14 +24,13 @@ recompute them: each entry says why, and every entry of the three lists must sti
 """
 
 import functools
-import importlib.util
 import json
 import re
 import statistics
 from pathlib import Path
 
 import pytest
-from helpers import last_logged
+from helpers import docs_generate, last_logged
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "docs" / "studies"
@@ -46,14 +45,7 @@ EXTRA_DIRS = {"magnitude-long.md": ("hijack-mixed-2", "hijack-mixed-3"),
               "../dilution.md": ("hijack-v2-1", "hijack-v2-1-h100", "hijack-v2-5")}  # it quotes the hijack study
 
 
-def _generate():
-    spec = importlib.util.spec_from_file_location("docs_generate", ROOT / "docs" / "generate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-generate = _generate()
+generate = docs_generate()
 
 MEASURED = re.compile(r"""(?<![\w.,])(?<![Aa]r[Xx]iv:)(?<![Aa]r[Xx]iv\ )(?:  # not part of a word or an arXiv id
       (?P<ratio>\d+\.\d+(?:-\d+\.\d+)?)x\b        # 4.77x; a range 1.93-1.96x gives both ends
