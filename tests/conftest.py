@@ -8,6 +8,11 @@ if not torch.cuda.is_available():
     # and any earlier test may import one (the layer test walks every module), so it is set before any test runs.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    # pytest-xdist runs one worker per core: each takes its share of the cores' threads, so that the workers' OpenMP
+    # threads do not outnumber the cores (on shared cores spinning threads can slow a step 10x).
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
 
 @pytest.fixture(autouse=True)
 def _seed():

@@ -49,6 +49,7 @@ def test_fine_tuning_starts_from_the_checkpoint(tmp_path, gpt2_dir):
         torch.testing.assert_close(model.eval()(idx)[0], hf(idx).logits, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # resume itself is tested exactly in test_train.py; CI runs it with the slow tests
 def test_resume_keeps_training_from_the_run(tmp_path, gpt2_dir):
     run = tmp_path / "run"
     train(_cfg(run, tmp_path / "cache", gpt2_dir), quiet=True)

@@ -362,7 +362,7 @@ def test_fast_path_is_the_general_functions_in_float64(form, solver, n, block, c
     assert (info.residual < 1e-12).all() if solver == "cholesky" else (info.residual > 1e-6).all()
 
 
-@pytest.mark.parametrize("form, solver", FAST_FORMS)
+@pytest.mark.parametrize("form, solver", [*FAST_FORMS[:-1], pytest.param(*FAST_FORMS[-1], marks=pytest.mark.slow)])
 def test_fast_path_gradcheck(form, solver, monkeypatch):
     monkeypatch.setattr(K, "BLOCK", 4)
     monkeypatch.setattr(K, "CHUNK_BYTES", 2000)  # one matrix per chunk

@@ -86,6 +86,7 @@ def test_the_logit_prior_matches_the_dense_formula_in_float64(block):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-10, msg=lambda text, name=name: f"d{name}: {text}")
 
 
+@pytest.mark.slow  # the float64 gradients above already match the block path's to 1e-10; CI runs it with the slow tests
 def test_gradcheck():
     """torch.autograd.gradcheck (finite differences in float64) on a small problem with blocks of 4."""
     leaves = _inputs(n=10, heads=2, d=3, r=3, seed=1)

@@ -66,6 +66,7 @@ def test_task_accuracy_counts_every_answer():
     assert task_accuracy(model, task, n=40, seed=11, batch_size=7) == pytest.approx(want, abs=1e-12)
 
 
+@pytest.mark.slow  # trains a run and scores it at every m; CI runs it with the slow tests
 def test_evaluate_swap_on_a_run(tmp_path):
     run = tmp_path / "run"
     train(tiny(run, str(tmp_path / "cache"), data__source="task:hijack-v2", data__task__m_max=4,
