@@ -106,3 +106,21 @@ def test_speed_is_a_ratio_only_between_runs_on_one_machine():
                         for p in (RESULTS / "hijack-v2-6" / v).glob("seed*/summary.json")])
             for v in ("standard", "differential")}
     assert _entry("hijack-v2-6", "differential").speed == pytest.approx(mean["differential"] / mean["standard"])
+
+
+def test_a_speed_against_a_reused_baseline_is_marked():
+    """noisy-gates-2 reuses dilution-noisy-1's standard runs (their summary.json names the directory they trained
+    in): its speed ratios carry the mark and the note; dilution-noisy-1's own variants were timed beside their
+    standard and do not."""
+    def trained_in(name, variant):
+        return {Path(json.loads(p.read_text())["run_dir"]).parent.parent.name
+                for p in (RESULTS / name / variant).glob("seed*/summary.json")}
+
+    assert trained_in("noisy-gates-2", "standard") == {"dilution-noisy-1"} != trained_in("noisy-gates-2", "magnitude-prefix-linear")
+    assert trained_in("dilution-noisy-1", "standard") == trained_in("dilution-noisy-1", "qk-norm")
+    assert _entry("noisy-gates-2", "magnitude-prefix-linear").speed_apart
+    assert not _entry("dilution-noisy-1", "qk-norm").speed_apart and _entry("dilution-noisy-1", "qk-norm").speed
+    page = (ROOT / "docs" / "leaderboard.md").read_text()
+    row = next(line for line in page.splitlines() if "`magnitude-prefix-linear`" in line and "noisy-gates-2" in line)
+    assert f"{_entry('noisy-gates-2', 'magnitude-prefix-linear').speed:.2f}x†" in row
+    assert "were not timed side by side" in page

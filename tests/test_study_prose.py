@@ -392,3 +392,45 @@ def test_the_noisy_gates_prose_is_the_saved_runs():
                 f"[{100 * ci['low']:.2f}, {100 * ci['high']:.2f}], Holm p = {p:.3g}") in page, v
     assert holm[0] < 0.05 < holm[1]  # "is lower" / "is not significant"
     assert round(100 * primary["magnitude-prefix"]["detectable"]) == 55 and "about 55 points" in page
+
+
+def test_the_linear_gates_prose_is_the_saved_runs():
+    """capability-noisy-recall.md's section on the linear value gates run to a threshold (noisy-gates-2): no run met
+    it, their accuracy at steps 1000, 1500 and 2000 (still rising), and the differences from standard, recomputed
+    from each run's metrics with scipy's paired t-test and Holm, and from results.json (CIs, log-rank tests)."""
+    from scipy import stats
+    from statsmodels.stats.multitest import multipletests
+
+    name, variants = "noisy-gates-2", ("magnitude-causal-linear", "magnitude-prefix-linear")
+    page = " ".join((ROOT / "docs" / "studies" / "capability-noisy-recall.md").read_text().split())
+    summary = {v: [json.loads((RESULTS / name / v / f"seed{s}" / "summary.json").read_text()) for s in range(5)]
+               for v in ("standard", *variants)}
+    assert all(r["converged"] for r in summary["standard"]) and max(r["threshold_step"] for r in summary["standard"]) == 700
+    assert not any(r["converged"] for v in variants for r in summary[v]) and "(0 of 5 each" in page
+    conv = {r["variant"]: r for r in _results(name)["convergence"]["variants"]}
+    assert f"log-rank p = {conv[variants[0]]['logrank_vs_baseline']['p']:.3g} for each" in page
+    assert conv[variants[0]]["logrank_vs_baseline"]["p"] == conv[variants[1]]["logrank_vs_baseline"]["p"]
+
+    def at(v, step):
+        return [100 * _evals(name, v, s)[step]["val_accuracy"] for s in range(5)]
+
+    def span(xs, unit="%"):
+        return f"{min(xs):.2f}-{max(xs):.2f}{unit}"
+
+    prefix, causal = ({step: at(v, step) for step in (1000, 1500, 2000)} for v in variants[::-1])
+    gained = [b - a for a, b in zip(prefix[1500], prefix[2000])]
+    assert min(gained) > 0 and all(b > a for a, b in zip(prefix[1000], prefix[2000]))  # "rose in every seed"
+    assert (f"rose in every seed from {span(prefix[1000])} at step 1000 to {span(prefix[2000])} at step 2000 "
+            f"({span(gained, ' points')} of it over the last 500 steps)") in page
+    assert f"from {span(causal[1000])} to {span(causal[2000])}" in page
+    assert f"`magnitude-prefix-linear` {span(prefix[2000])}, `magnitude-causal-linear` {span(causal[2000])}" in page
+
+    acc = {v: [r["final_val_accuracy"] for r in runs] for v, runs in summary.items()}
+    holm = multipletests([stats.ttest_rel(acc[v], acc["standard"]).pvalue for v in variants], method="holm")[1]
+    primary = {r["variant"]: r for r in _results(name)["primary"]["variants"]}
+    for v, p, ci_word in zip(variants, holm, ("95% CI", "CI")):
+        diff = 100 * (statistics.mean(acc[v]) - statistics.mean(acc["standard"]))
+        ci = primary[v]["ci"]
+        assert (f"`{v}` " + f"{diff:.2f} points".replace("-", "−") +
+                f" ({ci_word} [{100 * ci['low']:.2f}, {100 * ci['high']:.2f}], Holm p = {p:.3g})") in page, v
+        assert ci["high"] < 0 and p < 0.05  # "both lower at the cap"

@@ -12,7 +12,8 @@ measured against the ``standard`` runs of its own comparison (same seeds, data o
 - steps to threshold where the comparison stops runs at a threshold, with the runs that hit their cap counted as
   not converged;
 - training speed relative to ``standard`` (tokens per second on the same machine in the same comparison; n/a where
-  the variant's runs and the baseline's trained on different devices).
+  the variant's runs and the baseline's trained on different devices; marked where the baseline's runs were trained
+  by another comparison and reused, so that the two were not timed side by side).
 
 :func:`leaderboard` builds the rows, :func:`leaderboard_tables` the markdown (a section per family of mechanisms)
 and :func:`plot_leaderboard` the heatmap.
@@ -88,6 +89,7 @@ class Entry:
     steps_lower_bound: bool = False
     speed: float | None = None
     baseline_not_converged: int = 0
+    speed_apart: bool = False  # the baseline's runs were trained by another comparison: not timed side by side
 
     @property
     def verdict(self) -> int:
@@ -145,21 +147,22 @@ def leaderboard(results_root, names: list[str]) -> list[Entry]:
             if any(label == match for _, label in benchmarks):
                 match = f"{match} ({name})"
             benchmarks.append((base, match))
-        rows += _entries(name, match, results, _devices(Path(results_root) / name))
+        rows += _entries(name, match, results, _runs(Path(results_root) / name))
     return rows
 
 
-def _devices(directory: Path) -> dict[str, set[str]]:
-    """{variant: the devices its runs trained on}, from the runs' summary.json (a baseline can be copied from an
-    earlier comparison run on another machine)."""
-    found: dict[str, set[str]] = {}
+def _runs(directory: Path) -> dict[str, set[tuple[str, str]]]:
+    """{variant: (device, comparison directory) of each of its runs}, from the runs' summary.json: a baseline can be
+    copied from an earlier comparison, run on another machine or at another time."""
+    found: dict[str, set[tuple[str, str]]] = {}
     for summary in directory.glob("*/seed*/summary.json"):
-        device = json.loads(summary.read_text(encoding="utf-8")).get("device")
-        found.setdefault(summary.parent.parent.name, set()).add(device)
+        run = json.loads(summary.read_text(encoding="utf-8"))
+        trained_in = Path(run.get("run_dir") or run.get("out_dir") or summary.parent).parent.parent.name
+        found.setdefault(summary.parent.parent.name, set()).add((run.get("device"), trained_in))
     return found
 
 
-def _entries(name: str, benchmark: str, results: dict, devices: dict[str, set[str]]) -> list[Entry]:
+def _entries(name: str, benchmark: str, results: dict, runs: dict[str, set[tuple[str, str]]]) -> list[Entry]:
     by_variant = {row["variant"]: row for row in results["variants"]}
     baseline = by_variant[results["baseline"]]
     convergence = {row["variant"]: row for row in (results.get("convergence") or {}).get("variants", [])}
@@ -170,10 +173,13 @@ def _entries(name: str, benchmark: str, results: dict, devices: dict[str, set[st
     out = []
     for variant, row in by_variant.items():
         conv = convergence.get(variant, {})
-        same_machine = devices.get(variant) == devices.get(results["baseline"])  # else tokens/s compare machines
+        mine, theirs = runs.get(variant, set()), runs.get(results["baseline"], set())
+        same_machine = {d for d, _ in mine} == {d for d, _ in theirs}  # else tokens/s compare machines
+        apart = {c for _, c in mine} != {c for _, c in theirs}  # the baseline's runs were trained elsewhere
         speed = (row["tokens_per_s_mean"] / baseline["tokens_per_s_mean"]
                  if row.get("tokens_per_s_mean") and baseline.get("tokens_per_s_mean") and same_machine else None)
         common = dict(variant=variant, family=family(variant), comparison=name, benchmark=benchmark, speed=speed,
+                      speed_apart=speed is not None and apart,
                       steps_median=conv.get("median") if conv.get("median") is not None else conv.get("median_lower_bound"),
                       steps_lower_bound=conv.get("median") is None and conv.get("median_lower_bound") is not None,
                       n_not_converged=(conv["n"] - conv["n_converged"]) if conv else 0,
@@ -223,6 +229,10 @@ def _cell_delta(e: Entry) -> str:
     return _number(e.delta, e.metric, True) + interval + mark + against
 
 
+SPEED_APART = ("†: `standard`'s runs were trained by an earlier comparison and reused here, so the variant and the "
+               "baseline were not timed side by side (same kind of machine, another time and load): a rough ratio.")
+
+
 def _cell_steps(e: Entry) -> str:
     if e.steps_median is None:
         return "—"
@@ -248,11 +258,12 @@ def leaderboard_tables(entries: list[Entry], link) -> str:
         lines += [f"### {FAMILY_TITLES[fam]}", "",
                   f"{len(rows)} variant-benchmark pairs: {better} better than `standard` (95% CI on the better side), "
                   f"{worse} worse, {len(rows) - better - worse} not distinguishable.", "",
+                  *([SPEED_APART, ""] if any(e.speed_apart for e in rows) else []),
                   "| variant | benchmark | Δ vs standard [95% CI] | value (mean ± std) | seeds | steps to threshold "
                   "| speed vs standard | metric | comparison |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for e in sorted(rows, key=lambda e: (e.variant, e.benchmark)):
-            speed = f"{e.speed:.2f}x" if e.speed is not None else "n/a"
+            speed = f"{e.speed:.2f}x" + "†" * e.speed_apart if e.speed is not None else "n/a"
             lines.append(f"| `{e.variant}` | {e.benchmark} | {_cell_delta(e)} | {_cell_value(e)} | {e.n} | "
                          f"{_cell_steps(e)} | {speed} | {e.metric} | {link(e.comparison)} |")
         lines.append("")
