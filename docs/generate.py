@@ -76,6 +76,7 @@ LEADERBOARD = ("dilution-mqar-1", "dilution-mqar-2", "dilution-mqar-3", "dilutio
                "recall-noisy-recall-1", "recall-noisy-recall-2", "recall-noisy-recall-3",
                "magnitude", "boneless", "heads-1", "heads-2", "magnitude-long", "magnitude-long-2")
 LEFT_OFF = {
+    "noisy-threshold-1": "partial: 4 of the 5 seeds of each variant have run; it joins when the fifth has",
     "hijack-1": "hijacking version 1: the baseline still learning and confounded task design (superseded by hijack-v2)",
     "hijack-2": "hijacking version 1 (superseded by hijack-v2)",
     "hijack-fixed": "hijacking version 1 (superseded by hijack-v2)",

@@ -453,3 +453,31 @@ def test_the_readme_line_on_the_gates_is_the_saved_runs():
     assert len(linear) == 1 and met("noisy-gates-1", "standard") == 5  # "later than softmax": standard met it in all
     assert (f"(the prefix clamp gate in {words[counts['magnitude-prefix']]}, the causal one in "
             f"{words[counts['magnitude-causal']]}, the two linear gates in {words[linear.pop()]})") in readme
+
+
+def test_the_threshold_reruns_prose_is_the_saved_runs():
+    """capability-noisy-recall.md's partial section on noisy-threshold-1: how many runs finished, how many met the
+    threshold and when, what the capped runs ended at, and part 2's levels at step 1000, recomputed from the runs."""
+    name, variants = "noisy-threshold-1", ("identity-qk", "residual-qk", "low-rank")
+    page = " ".join((ROOT / "docs" / "studies" / "capability-noisy-recall.md").read_text().split())
+    runs = {v: {s: json.loads((RESULTS / name / v / f"seed{s}" / "summary.json").read_text()) for s in _seeds(name, v)}
+            for v in variants}
+    finished = sum(len(r) for r in runs.values())
+    assert all(sorted(r) == [0, 1, 2, 3] for r in runs.values())
+    assert f"Partial: {finished} of the {5 * len(variants)} runs (seeds 0-3 of each variant)" in page
+    for v in variants:
+        met = sum(r["converged"] for r in runs[v].values())
+        assert f"`{v}`{' met the threshold' if v == variants[0] else ''} in {met} of {len(runs[v])}" in page, v
+    steps = [r["threshold_step"] for v in variants for r in runs[v].values() if r["converged"]]
+    assert f"at steps {min(steps)}-{max(steps)}" in page
+    standard = [json.loads(p.read_text()) for p in (RESULTS / name / "standard").glob("seed*/summary.json")]
+    assert len(standard) == 5 and all(r["converged"] for r in standard)
+    assert f"every `standard` run met it by step {max(r['threshold_step'] for r in standard)}" in page
+    capped = {v: [100 * runs[v][s]["final_val_accuracy"] for s in sorted(runs[v]) if not runs[v][s]["converged"]]
+              for v in variants}
+    assert ("`identity-qk` ended at {:.2f}% and {:.2f}%, `residual-qk` at {:.2f}% and {:.2f}%; `low-rank`'s two ended "
+            "at {:.2f}% and {:.2f}%").format(*capped["identity-qk"], *capped["residual-qk"], *capped["low-rank"]) in page
+    assert min(capped["identity-qk"] + capped["residual-qk"]) > 90 > 45 > max(capped["low-rank"])
+    levels = [statistics.mean(100 * _evals("recall-noisy-recall-2", v, s)[1000]["val_accuracy"] for s in range(3))
+              for v in variants]
+    assert "part 2's levels at step 1000 ({:.2f}%, {:.2f}%, {:.2f}%)".format(*levels) in page
