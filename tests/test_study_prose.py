@@ -31,6 +31,7 @@ CAPABILITY_PAGES = [ROOT / "docs" / "studies" / f"capability{part}.md"
                     for part in ("", "-mqar", "-induction", "-selective-copy", "-noisy-recall", "-hijack-v1")]
 CAPABILITY = " ".join(_flat(page) for page in CAPABILITY_PAGES)
 HEADS = _flat(ROOT / "docs" / "heads.md")
+NOISY_RECALL = _flat(ROOT / "docs" / "studies" / "capability-noisy-recall.md")
 
 
 def _results(name: str) -> dict:
@@ -42,6 +43,11 @@ def _evals(name: str, variant: str, seed: int) -> dict[int, dict]:
     rows = [json.loads(line) for line in (RESULTS / name / variant / f"seed{seed}" / "metrics.jsonl").read_text().splitlines()
             if line.strip()]
     return {r["step"]: r for r in rows if r.get("val_loss") is not None}
+
+
+def _summary(name: str, variant: str, seed: int) -> dict:
+    """One run's summary.json (status, threshold step, final metrics)."""
+    return json.loads((RESULTS / name / variant / f"seed{seed}" / "summary.json").read_text())
 
 
 def _seeds(name: str, variant: str) -> list[int]:
@@ -367,8 +373,8 @@ def test_the_noisy_gates_prose_is_the_saved_runs():
     from statsmodels.stats.multitest import multipletests
 
     name = "noisy-gates-1"
-    page = " ".join((ROOT / "docs" / "studies" / "capability-noisy-recall.md").read_text().split())
-    summary = {v: {s: json.loads((RESULTS / name / v / f"seed{s}" / "summary.json").read_text()) for s in range(5)}
+    page = NOISY_RECALL
+    summary = {v: {s: _summary(name, v, s) for s in range(5)}
                for v in ("standard", "magnitude-causal", "magnitude-prefix")}
     met = {v: sorted(r["threshold_step"] for r in runs.values() if r["converged"]) for v, runs in summary.items()}
     assert len(met["standard"]) == 5 and max(met["standard"]) == 700 and "by step 700" in page
@@ -405,8 +411,8 @@ def test_the_linear_gates_prose_is_the_saved_runs():
     from statsmodels.stats.multitest import multipletests
 
     name, variants = "noisy-gates-2", ("magnitude-causal-linear", "magnitude-prefix-linear")
-    page = " ".join((ROOT / "docs" / "studies" / "capability-noisy-recall.md").read_text().split())
-    summary = {v: [json.loads((RESULTS / name / v / f"seed{s}" / "summary.json").read_text()) for s in range(5)]
+    page = NOISY_RECALL
+    summary = {v: [_summary(name, v, s) for s in range(5)]
                for v in ("standard", *variants)}
     assert all(r["converged"] for r in summary["standard"]) and max(r["threshold_step"] for r in summary["standard"]) == 700
     assert not any(r["converged"] for v in variants for r in summary[v]) and "(0 of 5 each" in page
@@ -442,10 +448,10 @@ def test_the_linear_gates_prose_is_the_saved_runs():
 def test_the_readme_line_on_the_gates_is_the_saved_runs():
     """README's capability line: how many of the 5 seeds of each value gate met the noisy-recall threshold, counted from
     each run's summary.json (noisy-gates-1: the clamp gates; noisy-gates-2: the linear gates)."""
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = _flat(ROOT / "README.md")
 
     def met(name, variant):
-        return sum(json.loads(p.read_text())["converged"] for p in (RESULTS / name / variant).glob("seed*/summary.json"))
+        return sum(_summary(name, variant, s)["converged"] for s in _seeds(name, variant))
 
     words = {0: "none", 1: "1 of 5", 3: "3 of 5 seeds"}
     counts = {v: met("noisy-gates-1", v) for v in ("magnitude-prefix", "magnitude-causal")}
@@ -459,8 +465,8 @@ def test_the_threshold_reruns_prose_is_the_saved_runs():
     """capability-noisy-recall.md's partial section on noisy-threshold-1: how many runs finished, how many met the
     threshold and when, what the capped runs ended at, and part 2's levels at step 1000, recomputed from the runs."""
     name, variants = "noisy-threshold-1", ("identity-qk", "residual-qk", "low-rank")
-    page = " ".join((ROOT / "docs" / "studies" / "capability-noisy-recall.md").read_text().split())
-    runs = {v: {s: json.loads((RESULTS / name / v / f"seed{s}" / "summary.json").read_text()) for s in _seeds(name, v)}
+    page = NOISY_RECALL
+    runs = {v: {s: _summary(name, v, s) for s in _seeds(name, v)}
             for v in variants}
     finished = sum(len(r) for r in runs.values())
     assert all(sorted(r) == [0, 1, 2, 3] for r in runs.values())
@@ -470,7 +476,7 @@ def test_the_threshold_reruns_prose_is_the_saved_runs():
         assert f"`{v}`{' met the threshold' if v == variants[0] else ''} in {met} of {len(runs[v])}" in page, v
     steps = [r["threshold_step"] for v in variants for r in runs[v].values() if r["converged"]]
     assert f"at steps {min(steps)}-{max(steps)}" in page
-    standard = [json.loads(p.read_text()) for p in (RESULTS / name / "standard").glob("seed*/summary.json")]
+    standard = [_summary(name, "standard", s) for s in _seeds(name, "standard")]
     assert len(standard) == 5 and all(r["converged"] for r in standard)
     assert f"every `standard` run met it by step {max(r['threshold_step'] for r in standard)}" in page
     capped = {v: [100 * runs[v][s]["final_val_accuracy"] for s in sorted(runs[v]) if not runs[v][s]["converged"]]
