@@ -63,6 +63,7 @@ def test_char_and_task_tokenizers_as_hf_tokenizers():
 @pytest.mark.parametrize("change, reason", [
     (dict(pos_encoding="rope"), "pos_encoding='rope'"), (dict(attention="rbf"), "attention 'rbf'"),
     (dict(attention="gqa"), "K/V heads"), (dict(bias=False), "bias=false"),
+    (dict(mlp_ratio=0), "mlp_ratio=0"),
 ])
 def test_other_architectures_are_refused(change, reason, tmp_path):
     cfg = GPTConfig(vocab_size=40, block_size=16, n_layer=1, n_head=4, n_embd=16, **change)

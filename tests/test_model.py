@@ -122,3 +122,45 @@ def test_bad_tokens_give_clear_errors():
         model(torch.full((1, 4), 40))
     with pytest.raises(ValueError, match="integer tensor"):
         model(torch.zeros(1, 4))
+
+
+def _layer_norm(x, w, b, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def test_attention_only_blocks_match_a_numpy_forward():
+    """mlp_ratio = 0: blocks x <- x + Attn(LN(x)) and nothing else. Written out in float64 numpy from the formula
+    (learned positions, per-head softmax(q k^T / sqrt(d) + causal mask) v, output projection, final LayerNorm,
+    tied head) with the model's own weights; tolerance 1e-10 relative, float64 rounding over two layers."""
+    torch.manual_seed(0)
+    cfg = small(mlp_ratio=0)
+    model = GPT(cfg).double().eval()
+    w = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    assert not any("mlp" in k or "ln_2" in k for k in w)
+    c, L, V, B, H = 32, 2, 40, 24, 4
+    assert model.num_params(non_embedding=False) == V * c + B * c + L * (4 * (c * c + c) + 2 * c) + 2 * c
+    idx = torch.randint(0, V, (3, 17))
+    T, d = idx.shape[1], c // H
+    x = w["wte.weight"][idx.numpy()] + w["pos.weight"][:T]
+    causal = np.triu(np.full((T, T), -np.inf), 1)
+    for layer in range(L):
+        p = f"blocks.{layer}."
+        h = _layer_norm(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"])
+        q, k, v = (h @ w[p + f"attn.{n}_proj.weight"].T + w[p + f"attn.{n}_proj.bias"] for n in "qkv")
+        heads = []
+        for i in range(H):
+            s = slice(i * d, (i + 1) * d)
+            z = q[..., s] @ k[..., s].swapaxes(-1, -2) / np.sqrt(d) + causal
+            a = np.exp(z - z.max(-1, keepdims=True))
+            heads.append(a / a.sum(-1, keepdims=True) @ v[..., s])
+        x = x + np.concatenate(heads, -1) @ w[p + "attn.out_proj.weight"].T + w[p + "attn.out_proj.bias"]
+    want = _layer_norm(x, w["ln_f.weight"], w["ln_f.bias"]) @ w["wte.weight"].T
+    got, _ = model(idx)
+    np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-10, atol=1e-12)
+
+
+def test_mlp_ratio_below_zero_is_refused():
+    with pytest.raises(Exception, match="mlp_ratio=-1 must be >= 0"):
+        small(mlp_ratio=-1)

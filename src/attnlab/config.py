@@ -49,11 +49,13 @@ class GPTConfig:
     activation: str = "gelu_tanh"
     """`"gelu_tanh"` (GPT-2's "gelu_new", the tanh approximation) or `"gelu"` (exact)."""
     mlp_ratio: int = 4
-    """Hidden width of the MLP as a multiple of n_embd."""
+    """Hidden width of the MLP as a multiple of n_embd; 0: no MLP, blocks x <- x + Attn(LN(x)) alone (an
+    attention-only transformer, as in Elhage et al. 2021 and in Zoology's Figure 2 models)."""
 
     def __post_init__(self):
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio"):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             check_number(name, getattr(self, name), low=1, integer=True)
+        check_number("mlp_ratio", self.mlp_ratio, low=0, integer=True)
         check_number("dropout", self.dropout, low=0.0, high=1.0)
         if self.dropout == 1.0:
             raise ConfigError("dropout=1.0 would drop everything; use a value in [0, 1)")

@@ -2,6 +2,7 @@
 
 GPT-2's architecture (Radford et al. 2019) by default: token embedding (+ positions), n_layer pre-LayerNorm
 blocks x <- x + Attn(LN(x)); x <- x + MLP(LN(x)), a final LayerNorm and a head tied to the token embedding.
+With mlp_ratio = 0 the blocks are x <- x + Attn(LN(x)) alone (attention-only).
 """
 
 from __future__ import annotations
@@ -36,14 +37,17 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LayerNorm transformer block."""
+    """Pre-LayerNorm transformer block; without ln_2 and mlp when config.mlp_ratio is 0."""
 
     def __init__(self, config: GPTConfig, layer: int = 0):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
         self.attn = Attention(config.resolved_attention(), config.n_embd, layer)
-        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
-        self.mlp = MLP(config)
+        if config.mlp_ratio:
+            self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
+            self.mlp = MLP(config)
+        else:
+            self.ln_2 = self.mlp = None
 
     def forward(self, x: torch.Tensor, rope: nn.Module | None = None, kv: LayerKV | None = None,
                 count_prior: torch.Tensor | None = None, previous_logits: torch.Tensor | None = None,
@@ -52,7 +56,7 @@ class Block(nn.Module):
         out = self.attn.run(self.ln_1(x), rope, return_weights=return_weights, kv=kv, count_prior=count_prior,
                             previous_logits=previous_logits, head_mask=head_mask)
         x = x + out.y
-        return out._replace(y=x + self.mlp(self.ln_2(x)))
+        return out._replace(y=x if self.mlp is None else x + self.mlp(self.ln_2(x)))
 
 
 class ModelOutput(NamedTuple):

@@ -132,6 +132,8 @@ def gpt2_refusal(config: GPTConfig) -> str | None:
     if plain != type(attn)() or attn.scale not in (None, 1.0):
         name = config.attention if isinstance(config.attention, str) else "a custom AttentionConfig"
         return f"attention {name!r} is not GPT-2's softmax(q.k / sqrt(d)) attention"
+    if not config.mlp_ratio:
+        return "mlp_ratio=0 (attention-only blocks); every GPT-2 block has an MLP"
     if config.activation not in _HF_ACTIVATIONS:
         return f"activation={config.activation!r}; GPT-2 uses {' or '.join(_HF_ACTIVATIONS)}"
     return None

@@ -54,6 +54,17 @@ def sorted_slots(rng: np.random.Generator, n: int, length: int, k: int, width: i
     return chosen + (width - 1) * np.arange(k, dtype=np.int64)
 
 
+def power_law_slots(rng: np.random.Generator, n: int, slots: int, k: int, power: float) -> np.ndarray:
+    """[n, k] int64: for each row, k distinct slots of 0..slots-1 in the order they are drawn one after another
+    without replacement, slot g with probability proportional to (g + 1)^(power - 1) among those left.
+
+    Gumbel top-k: the k largest of log w_g + G_g (G_g standard Gumbel), in decreasing order, are distributed as
+    those successive draws (Vieira 2014; Kool et al. 2019, arXiv:1903.06059)."""
+    log_w = (power - 1.0) * np.log(np.arange(1, slots + 1, dtype=np.float64))
+    perturbed = log_w + rng.gumbel(size=(n, slots))
+    return np.argsort(-perturbed, axis=1, kind="stable")[:, :k].astype(np.int64)
+
+
 class Task:
     """The interface every task provides (the task classes are frozen dataclasses deriving from it).
 

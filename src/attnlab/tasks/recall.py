@@ -8,8 +8,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import strict_fields
-from .base import Task, check_bool, check_int, distinct, sorted_slots
+from ..errors import ConfigError, strict_fields
+from .base import Task, check_bool, check_int, distinct, power_law_slots, sorted_slots
 
 
 @strict_fields
@@ -28,6 +28,13 @@ class MQAR(Task):
       most once and in random order, at random places among filler tokens (so the distance between a binding and
       its query varies).
 
+    Query placement. By default every placement of the query pairs in the region is equally likely. With
+    ``query_power = a`` the region is cut into aligned two-token slots and the queries take slots drawn one after
+    another without replacement, slot g (1, 2, ... from the bindings) with probability proportional to
+    g^(a - 1), the first drawn for the first binding, the next for the second, and so on: Zoology's power law for the gap between a
+    binding and its query (its ``train_power_a``, 0.01 in Figure 2; a = 1 is uniform over the slots), so that
+    queries fall near the bindings and in roughly their order.
+
     The answer positions are the queries: after reading a query key the model must give its value. Nothing else
     is scored, so every scored target is determined by the context.
 
@@ -45,7 +52,7 @@ class MQAR(Task):
     Example (``MQAR.tiny().example()``; ``y`` is the target under each input token)::
 
         >>> print(MQAR.tiny().example())
-        mqar(n_pairs=3, n_keys=5, n_values=4, seq_len=15, n_queries=None); chance 0.2500
+        mqar(n_pairs=3, n_keys=5, n_values=4, seq_len=15, n_queries=None, query_power=None); chance 0.2500
         x k3 v2 k2 v3 k1 v2 _ k2 v3 _ k3 v2 _ k1 v2
         y -  -  -  -  -  -  - v3 -  - v2 -  - v2 -
     """
@@ -64,8 +71,16 @@ class MQAR(Task):
     """T, the tokens of x and of y."""
     n_queries: int | None = None
     """Queries per sequence, each a different bound key (1..n_pairs); unset: every key is queried once."""
+    query_power: float | None = None
+    """Unset: queries placed uniformly. A number a > 0: two-token query slots drawn with probability proportional
+    to g^(a - 1) for the g-th slot after the bindings (Zoology's power law; 0.01 in its Figure 2)."""
 
     def __post_init__(self):
+        if self.query_power is not None and (isinstance(self.query_power, bool)
+                                             or not isinstance(self.query_power, (int, float))
+                                             or not self.query_power > 0 or self.query_power == float("inf")):
+            raise ConfigError(f"data.task.query_power={self.query_power!r} is not allowed; use a finite number > 0 "
+                              f"(Zoology's 0.01; 1 is uniform over the slots) or leave it unset")
         check_int("seq_len", self.seq_len, 4)
         check_int("n_keys", self.n_keys, 1)
         check_int("n_values", self.n_values, 2)
@@ -106,7 +121,11 @@ class MQAR(Task):
         keys = distinct(rng, n, self.n_keys, pairs) + 1
         values = rng.integers(0, self.n_values, size=(n, pairs)) + 1 + self.n_keys
         asked = distinct(rng, n, pairs, queries)  # which bindings are queried, in the order they are asked
-        starts = 2 * pairs + sorted_slots(rng, n, total - 2 * pairs, queries, width=2)
+        if self.query_power is None:
+            starts = 2 * pairs + sorted_slots(rng, n, total - 2 * pairs, queries, width=2)
+        else:  # Zoology's order: the bindings asked, first to last, take the slots in the order they are drawn
+            asked = np.sort(asked, axis=1)
+            starts = 2 * pairs + 2 * power_law_slots(rng, n, (total - 2 * pairs) // 2, queries, self.query_power)
         stream = np.zeros((n, total), dtype=np.int64)
         stream[:, 0:2 * pairs:2], stream[:, 1:2 * pairs:2] = keys, values
         rows = np.arange(n)[:, None]
