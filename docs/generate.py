@@ -66,7 +66,7 @@ GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "
 
 # The comparisons on the leaderboard, and those left off with the reason. A new study adds its comparisons to one.
 LEADERBOARD = ("dilution-mqar-1", "dilution-mqar-2", "dilution-mqar-3", "dilution-nope-1", "dilution-alibi-mqar",
-               "dilution-noisy-1", "dilution-noisy-2", "noisy-gates-1", "noisy-gates-2",
+               "dilution-noisy-1", "dilution-noisy-2", "noisy-gates-1", "noisy-gates-2", "noisy-threshold-1",
                "dilution-lm-1", "dilution-lm-2", "dilution-lm-3", "dilution-lm-4", "dilution-lm-5", "dilution-rope-lm", "dilution-rope-lm-2",
                "dilution-alibi-lm", "dilution-nope-lm",
                "hijack-v2-1", "hijack-v2-2", "hijack-v2-2-causal", "hijack-v2-4", "hijack-v2-5", "hijack-v2-1-h100", "hijack-v2-6",
@@ -76,7 +76,6 @@ LEADERBOARD = ("dilution-mqar-1", "dilution-mqar-2", "dilution-mqar-3", "dilutio
                "recall-noisy-recall-1", "recall-noisy-recall-2", "recall-noisy-recall-3",
                "magnitude", "boneless", "heads-1", "heads-2", "magnitude-long", "magnitude-long-2")
 LEFT_OFF = {
-    "noisy-threshold-1": "partial: 4 of the 5 seeds of each variant have run; it joins when the fifth has",
     "hijack-1": "hijacking version 1: the baseline still learning and confounded task design (superseded by hijack-v2)",
     "hijack-2": "hijacking version 1 (superseded by hijack-v2)",
     "hijack-fixed": "hijacking version 1 (superseded by hijack-v2)",
