@@ -124,3 +124,45 @@ def test_a_speed_against_a_reused_baseline_is_marked():
     row = next(line for line in page.splitlines() if "`magnitude-prefix-linear`" in line and "noisy-gates-2" in line)
     assert f"{_entry('noisy-gates-2', 'magnitude-prefix-linear').speed:.2f}x†" in row
     assert "were not timed side by side" in page
+
+
+def test_a_verdict_needs_the_holm_adjusted_test_as_well_as_the_interval():
+    """noisy-threshold-1: identity-qk's bootstrap interval lies below 0, but the paired t-test against standard,
+    Holm-adjusted over the comparison's three variants (scipy and statsmodels on each run's summary.json), does
+    not reject: no verdict, and the row shows the adjusted p instead of **worse**."""
+    from statsmodels.stats.multitest import multipletests
+
+    name, variants = "noisy-threshold-1", ("identity-qk", "residual-qk", "low-rank")
+    acc = {v: [json.loads((RESULTS / name / v / f"seed{s}" / "summary.json").read_text())["final_val_accuracy"]
+               for s in range(5)] for v in ("standard", *variants)}
+    adjusted = multipletests([stats.ttest_rel(acc[v], acc["standard"]).pvalue for v in variants], method="holm")[1]
+    e = _entry(name, "identity-qk")
+    assert e.p_holm == pytest.approx(adjusted[0], rel=1e-9) and e.p_holm > 0.05
+    assert e.side == -1 and e.high < 0 and e.verdict == 0
+    page = (ROOT / "docs" / "leaderboard.md").read_text()
+    row = next(line for line in page.splitlines() if "`identity-qk`" in line and name in line)
+    assert f"(Holm p = {adjusted[0]:.3g})" in row and "**worse**" not in row
+
+
+@pytest.mark.filterwarnings("ignore:Precision loss occurred")
+def test_without_a_primary_metric_holm_runs_over_the_comparisons_welch_tests():
+    """recall-mqar-1 (no declared primary): each variant's Holm p is Holm over the Welch tests of every variant's
+    final accuracies against standard's, recomputed with scipy and statsmodels from the runs."""
+    from statsmodels.stats.multitest import multipletests
+
+    name = "recall-mqar-1"
+    results = json.loads((RESULTS / name / "results.json").read_text())
+    variants = [r["variant"] for r in results["variants"] if r["variant"] != results["baseline"]]
+
+    def finals(v):
+        return [json.loads(p.read_text())["final_val_accuracy"] for p in sorted((RESULTS / name / v).glob("seed*/summary.json"))]
+
+    base = finals("standard")
+    ps = [stats.ttest_ind(finals(v), base, equal_var=False).pvalue for v in variants]
+    tested = [(v, p) for v, p in zip(variants, ps) if np.isfinite(p)]
+    adjusted = dict(zip([v for v, _ in tested], multipletests([p for _, p in tested], method="holm")[1]))
+    entries = {e.variant: e for e in leaderboard(RESULTS, [name])}
+    for v, p in adjusted.items():
+        assert entries[v].p_holm == pytest.approx(p, rel=1e-6), v
+    assert any(e.verdict for e in entries.values()) and all(
+        e.verdict == (e.side if e.p_holm is not None and e.p_holm < 0.05 else 0) for e in entries.values())

@@ -7,8 +7,10 @@ measured against the ``standard`` runs of its own comparison (same seeds, data o
 - the metric: the comparison's declared primary metric where it has one, else the final validation accuracy on a
   task, else the final validation loss on a corpus;
 - the difference from ``standard`` with a 95% CI: the report's BCa bootstrap interval for a primary metric, else
-  Welch's t interval from the per-variant mean, std and seed count (unadjusted for multiplicity: the study pages
-  give the Holm-adjusted tests);
+  Welch's t interval from the per-variant mean, std and seed count;
+- the test against ``standard`` Holm-adjusted over the comparison's variants (the family the study pages adjust
+  over): the report's for a primary metric, else Holm over the comparison's Welch tests. A variant is called
+  better or worse only where its interval lies on one side of 0 *and* its adjusted test rejects at 0.05;
 - steps to threshold where the comparison stops runs at a threshold, with the runs that hit their cap counted as
   not converged;
 - training speed relative to ``standard`` (tokens per second on the same machine in the same comparison; n/a where
@@ -27,6 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..rundir import RESULTS_FILE
+from .stats import holm
+
+ALPHA = 0.05
+"""The family-wise error rate at which the leaderboard calls a variant better or worse."""
 
 FAMILIES = ("softmax", "magnitude", "controls", "dilution", "projections", "heads")
 """Families of mechanisms, by the AttentionConfig table a variant changes (see :func:`family`)."""
@@ -90,9 +96,10 @@ class Entry:
     speed: float | None = None
     baseline_not_converged: int = 0
     speed_apart: bool = False  # the baseline's runs were trained by another comparison: not timed side by side
+    p_holm: float | None = None  # the test against standard, Holm-adjusted over the comparison's variants
 
     @property
-    def verdict(self) -> int:
+    def side(self) -> int:
         """+1: the CI lies on the better side of 0; -1: on the worse side; 0: it covers 0 (or there is none)."""
         if self.low is None or self.high is None:
             return 0
@@ -102,6 +109,11 @@ class Entry:
         if self.high < 0:
             return -sign
         return 0
+
+    @property
+    def verdict(self) -> int:
+        """The side of the CI where the Holm-adjusted test also rejects at 0.05, else 0 (no test: 0)."""
+        return self.side if self.p_holm is not None and self.p_holm < ALPHA else 0
 
 
 def _welch_interval(a: dict, b: dict, confidence: float = 0.95) -> tuple[float, float] | None:
@@ -170,6 +182,9 @@ def _entries(name: str, benchmark: str, results: dict, runs: dict[str, set[tuple
     task = results["base_config"]["data"].get("source", "").startswith("task:")
     base_conv = convergence.get(results["baseline"])
     base_nc = (base_conv["n"] - base_conv["n_converged"]) if base_conv else 0
+    welch = "accuracy_welch_vs_baseline" if task else "welch_vs_baseline"
+    tested = [v for v, row in by_variant.items() if v != results["baseline"] and (row.get(welch) or {}).get("p") is not None]
+    welch_holm = dict(zip(tested, holm([by_variant[v][welch]["p"] for v in tested])))
     out = []
     for variant, row in by_variant.items():
         conv = convergence.get(variant, {})
@@ -189,7 +204,7 @@ def _entries(name: str, benchmark: str, results: dict, runs: dict[str, set[tuple
             scale = 100.0 if primary["metric"].endswith("accuracy") else 1.0
             ci = p.get("ci") or {}
             s = p["summary"]
-            out.append(Entry(metric=primary["metric"] + (" (%)" if scale == 100 else ""),
+            out.append(Entry(metric=primary["metric"] + (" (%)" if scale == 100 else ""), p_holm=p.get("p_holm"),
                              higher_is_better=primary["better"] == "higher", n=s["n"],
                              mean=_scaled(s.get("mean"), scale), std=_scaled(s.get("std"), scale),
                              delta=_scaled(p.get("difference"), scale), low=_scaled(ci.get("low"), scale),
@@ -198,6 +213,7 @@ def _entries(name: str, benchmark: str, results: dict, runs: dict[str, set[tuple
             continue
         key, scale = ("final_val_accuracy", 100.0) if task else ("final_val_loss", 1.0)
         s, b = row.get(key) or {}, baseline.get(key) or {}
+        common["p_holm"] = welch_holm.get(variant)
         interval = None if variant == results["baseline"] else _welch_interval(s, b)
         out.append(Entry(metric="final val accuracy (%)" if task else "final val loss",
                          higher_is_better=task, n=s.get("n") or 0, mean=_scaled(s.get("mean"), scale),
@@ -225,6 +241,8 @@ def _cell_delta(e: Entry) -> str:
         return "(baseline)"
     interval = f" [{_number(e.low, e.metric, True)}, {_number(e.high, e.metric, True)}]" if e.low is not None else " (no CI)"
     mark = {1: " **better**", -1: " **worse**", 0: ""}[e.verdict]
+    if e.side and not e.verdict:  # an interval clear of 0 that the adjusted test does not back
+        mark = " (Holm p = n/a)" if e.p_holm is None else f" (Holm p = {e.p_holm:.3g})"
     against = f" (against a `standard` with {e.baseline_not_converged} runs not converged)" if e.baseline_not_converged else ""
     return _number(e.delta, e.metric, True) + interval + mark + against
 
@@ -256,8 +274,8 @@ def leaderboard_tables(entries: list[Entry], link) -> str:
         better = sum(e.verdict == 1 for e in rows)
         worse = sum(e.verdict == -1 for e in rows)
         lines += [f"### {FAMILY_TITLES[fam]}", "",
-                  f"{len(rows)} variant-benchmark pairs: {better} better than `standard` (95% CI on the better side), "
-                  f"{worse} worse, {len(rows) - better - worse} not distinguishable.", "",
+                  f"{len(rows)} variant-benchmark pairs: {better} better than `standard` (95% CI on the better side "
+                  f"and Holm p < {ALPHA}), {worse} worse, {len(rows) - better - worse} not distinguishable.", "",
                   *([SPEED_APART, ""] if any(e.speed_apart for e in rows) else []),
                   "| variant | benchmark | Δ vs standard [95% CI] | value (mean ± std) | seeds | steps to threshold "
                   "| speed vs standard | metric | comparison |",
@@ -277,8 +295,9 @@ def leaderboard_tables(entries: list[Entry], link) -> str:
 
 
 def plot_leaderboard(entries: list[Entry], path, key: str | None = None) -> Path:
-    """The heatmap: variants (grouped by family) against benchmarks; green where the 95% CI of the difference from
-    ``standard`` lies on the better side, red on the worse side, grey where it covers 0, blank where not run; each
+    """The heatmap: variants (grouped by family) against benchmarks; green where the verdict is better (the 95% CI
+    of the difference from ``standard`` on the better side and the Holm-adjusted test rejecting), red where it is
+    worse, grey otherwise, blank where not run; each
     cell printed with its difference (points of accuracy, or nats), ``nc`` when some seeds did not converge."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import ListedColormap
@@ -305,7 +324,7 @@ def plot_leaderboard(entries: list[Entry], path, key: str | None = None) -> Path
     ax.imshow(grid, cmap=ListedColormap(["#e8a39b", "#d9d9d9", "#9bd3a0"]), vmin=-1.5, vmax=1.5, aspect="auto")
     ax.set_xticks(range(len(benchmarks)), benchmarks, rotation=40, ha="right", fontsize=7)
     ax.set_yticks(range(len(variants)), [f"{v} ({family(v)})" for v in variants], fontsize=7)
-    ax.set_title("Difference from standard in the same comparison: green better, red worse (95% CI), grey neither; "
+    ax.set_title("Difference from standard in the same comparison: green better, red worse (95% CI and Holm), grey neither; "
                  "nc: some runs not converged; (b nc): some of standard's", fontsize=8)
     fig.tight_layout()
     return save_figure(fig, path, key)
