@@ -164,3 +164,26 @@ def test_attention_only_blocks_match_a_numpy_forward():
 def test_mlp_ratio_below_zero_is_refused():
     with pytest.raises(Exception, match="mlp_ratio=-1 must be >= 0"):
         small(mlp_ratio=-1)
+
+
+def test_answers_only_is_the_full_forward_at_the_answers():
+    """forward(answers_only=True): logits [n, vocab] equal to the full logits at the positions with a target, and
+    the same loss and gradients (float64: 1e-12 relative); text-like targets everywhere select every position."""
+    torch.manual_seed(1)
+    model = GPT(small(dropout=0.0)).double()
+    idx = torch.randint(0, 40, (3, 16))
+    targets = torch.full((3, 16), -1)
+    targets[0, 3], targets[1, 7], targets[1, 15], targets[2, 0] = 5, 9, 0, 39
+    full, loss_full = model(idx, targets)
+    grads_full = torch.autograd.grad(loss_full, list(model.parameters()))
+    lean, loss_lean = model(idx, targets, answers_only=True)
+    grads_lean = torch.autograd.grad(loss_lean, list(model.parameters()))
+    assert lean.shape == (4, 40)
+    torch.testing.assert_close(lean, full[targets >= 0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(loss_lean, loss_full, rtol=1e-12, atol=0)
+    for g_lean, g_full in zip(grads_lean, grads_full):
+        torch.testing.assert_close(g_lean, g_full, rtol=1e-10, atol=1e-14)
+    every = torch.randint(0, 40, (3, 16))
+    torch.testing.assert_close(model(idx, every, answers_only=True)[0], model(idx)[0].flatten(0, 1))
+    with pytest.raises(ValueError, match="answers_only=True needs targets"):
+        model(idx, answers_only=True)

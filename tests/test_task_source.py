@@ -199,3 +199,19 @@ def test_a_task_comparisons_report_names_the_task(tmp_path):
     check_or_write_spec(tmp_path, spec_dict(base, ["standard"], [0]))
     text = write_report(tmp_path).read_text()  # no run has finished yet: the settings are still reported
     assert "source=task:mqar" in text and "task={'n_pairs': 4, 'n_keys': 8, 'n_values': 8, 'seq_len': 24}" in text
+
+
+def test_the_head_at_the_answers_only_trains_the_same_run(tmp_path):
+    """train.head_at_answers: the head and the loss at the answer positions only. Its training and validation losses
+    and accuracies match the ordinary run's to float32 rounding (the same terms of the same mean, summed in another
+    order: relative 1e-5 over 8 steps), and the accuracy it logs is the one counted from the full logits."""
+    _, full = _train_task(tmp_path, "full", 8)
+    _, lean = _train_task(tmp_path, "lean", 8, train__head_at_answers=True)
+    a, b = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "lean")
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for ra, rb in zip(a, b):
+        for key in ("train_loss", "val_loss"):
+            if ra[key] is not None:
+                assert rb[key] == pytest.approx(ra[key], rel=1e-5), (ra["step"], key)
+    assert lean["final_val_accuracy"] == full["final_val_accuracy"]
+    assert lean["final_val_loss"] == pytest.approx(full["final_val_loss"], rel=1e-5)

@@ -60,7 +60,7 @@ class Block(nn.Module):
 
 
 class ModelOutput(NamedTuple):
-    """GPT.run: logits [B, T, vocab]; aux_losses: the layers' auxiliary training losses (MoH's beta L_b in
+    """GPT.run: logits [B, T, vocab] (or [n, vocab] at the n positions of run's ``answers`` mask); aux_losses: the layers' auxiliary training losses (MoH's beta L_b in
     training; empty otherwise); weights: every layer's attention weights [B, n_head, T, S] when asked for."""
 
     logits: torch.Tensor
@@ -149,24 +149,34 @@ class GPT(nn.Module):
         return KVCache(self.config.n_layer, self.config.block_size)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
-                head_mask: torch.Tensor | None = None):
+                head_mask: torch.Tensor | None = None, answers_only: bool = False):
         """Logits [B, T, vocab] for every position, and the mean cross-entropy against targets (-1 = ignore) plus
         the layers' auxiliary losses (MoH's beta L_b, in training only).
+
+        answers_only (needs targets): the head only at the n positions whose target is not -1, logits [n, vocab]
+        (equal to the full forward's logits[targets >= 0]) and the same loss, without the head's cost at the
+        ignored positions: for tasks, whose targets are a few answers per sequence.
 
         cache: a K/V cache (new_cache()); idx then holds the tokens after the cache.length cached ones, which are
         appended to it (incremental decoding). head_mask: xi [n_layer, n_head], head h of layer l's output times
         xi_lh (head knockout, attnlab.analysis.heads)."""
-        out = self.run(idx, cache=cache, head_mask=head_mask)
+        if answers_only and targets is None:
+            raise ValueError("answers_only=True needs targets: the answers are the positions whose target is not -1")
+        answers = targets >= 0 if answers_only else None
+        out = self.run(idx, cache=cache, head_mask=head_mask, answers=answers)
         loss = None
-        if targets is not None:
+        if answers is not None:
+            loss = F.cross_entropy(out.logits, targets[answers])
+        elif targets is not None:
             loss = F.cross_entropy(out.logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
             for aux in out.aux_losses:
                 loss = loss + aux
         return out.logits, loss
 
     def run(self, idx: torch.Tensor, cache: KVCache | None = None, head_mask: torch.Tensor | None = None,
-            return_weights: bool = False) -> ModelOutput:
-        """The blocks in order, each handed what the one before returned (CODA's logits); see :meth:`forward`."""
+            return_weights: bool = False, answers: torch.Tensor | None = None) -> ModelOutput:
+        """The blocks in order, each handed what the one before returned (CODA's logits); see :meth:`forward`.
+        answers: a bool mask [B, T]; the final LayerNorm and the head then run at its positions only."""
         offset = 0 if cache is None else cache.length
         self._check_idx(idx, offset)
         if head_mask is not None and tuple(head_mask.shape) != (len(self.blocks), self.blocks[0].attn.n_head):
@@ -182,6 +192,8 @@ class GPT(nn.Module):
                 aux.append(out.aux_loss)
             if return_weights:
                 weights.append(out.weights)
+        if answers is not None:
+            x = x[answers]  # LayerNorm and head act on each position alone: selecting first changes no value
         return ModelOutput(self.lm_head(self.ln_f(x)), aux, weights)
 
     def _count_prior(self, idx: torch.Tensor) -> torch.Tensor | None:

@@ -201,7 +201,7 @@ def forward_backward(t) -> torch.Tensor:
         no_sync = t.info.enabled and micro < ga - 1  # DDP all-reduces the gradients in the last backward only
         with t.ddp.no_sync() if no_sync else contextlib.nullcontext():
             with t.autocast():
-                _, loss = t.ddp(x, y)
+                _, loss = t.ddp(x, y, answers_only=t.tc.head_at_answers)
             t.scaler.scale(loss / ga).backward()
         total += loss.detach().float()
     return total / ga

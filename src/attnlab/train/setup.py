@@ -265,12 +265,13 @@ class Trainer:
                 continue
             x, y = x.to(self.device), y.to(self.device)
             with self.autocast():
-                logits, loss = self.fwd(x, y)
+                logits, loss = self.fwd(x, y, answers_only=self.tc.head_at_answers)
             answer = y >= 0
             n = int(answer.sum())
             total += float(loss) * n  # the loss is the mean over this batch's targets: weight batches by them
             count += n
-            correct += int((logits.argmax(-1) == y)[answer].sum())
+            at_answers = logits if self.tc.head_at_answers else logits[answer]
+            correct += int((at_answers.argmax(-1) == y[answer]).sum())
         self.fwd.train()
         if self.info.enabled:
             sums = D.all_reduce(torch.tensor([total, count, correct], dtype=torch.float64, device=self.device),
