@@ -166,12 +166,15 @@ def test_mlp_ratio_below_zero_is_refused():
         small(mlp_ratio=-1)
 
 
-def test_answers_only_is_the_full_forward_at_the_answers():
+@pytest.mark.parametrize("attention", ["standard", "moh"])
+def test_answers_only_is_the_full_forward_at_the_answers(attention):
     """forward(answers_only=True): logits [n, vocab] equal to the full logits at the positions with a target, and
-    the same loss and gradients (float64: 1e-12 relative); text-like targets everywhere select every position."""
+    the same loss (auxiliary losses included: MoH's load balance) and gradients (float64: 1e-12 relative);
+    text-like targets everywhere select every position."""
     torch.manual_seed(1)
-    model = GPT(small(dropout=0.0)).double()
+    model = GPT(small(dropout=0.0, attention=attention)).double()
     idx = torch.randint(0, 40, (3, 16))
+    assert bool(model.run(idx).aux_losses) == (attention == "moh")  # training mode: MoH adds its L_b
     targets = torch.full((3, 16), -1)
     targets[0, 3], targets[1, 7], targets[1, 15], targets[2, 0] = 5, 9, 0, 39
     full, loss_full = model(idx, targets)

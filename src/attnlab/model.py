@@ -165,10 +165,9 @@ class GPT(nn.Module):
         answers = targets >= 0 if answers_only else None
         out = self.run(idx, cache=cache, head_mask=head_mask, answers=answers)
         loss = None
-        if answers is not None:
-            loss = F.cross_entropy(out.logits, targets[answers])
-        elif targets is not None:
-            loss = F.cross_entropy(out.logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
+        if targets is not None:
+            loss = (F.cross_entropy(out.logits, targets[answers]) if answers is not None
+                    else F.cross_entropy(out.logits.flatten(0, 1), targets.flatten(), ignore_index=-1))
             for aux in out.aux_losses:
                 loss = loss + aux
         return out.logits, loss
