@@ -132,7 +132,8 @@ class TrainConfig:
     head_at_answers: bool = False
     """Run the output head (and the loss) only at the positions with a target, in training and evaluation: the same
     loss and gradients, without the head's cost at a task's ignored positions (about T / answers times less head
-    work per sequence; what makes a vocabulary of 8,192 affordable). Text has a target everywhere: no change."""
+    work per sequence; what makes a vocabulary of 8,192 affordable). Text has a target everywhere: no change. Under
+    train.compile the selection has a data-dependent shape, so the compiled graph breaks before the head."""
     divergence_factor: float = 2.0
     """The divergence guard: an evaluation whose validation loss exceeds this factor x the run's first one is bad."""
     divergence_patience: int = 3
