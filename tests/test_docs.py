@@ -337,6 +337,20 @@ def test_the_train_step_numbers_on_the_speed_page_are_the_saved_benchmark():
     assert bench["step0_loss"]["attnlab"] == bench["step0_loss"]["reference"]
 
 
+def test_the_head_at_answers_numbers_on_the_speed_page_are_the_saved_benchmark():
+    import json
+
+    bench = json.loads((ROOT / "results" / "benchmarks" / "head_at_answers.json").read_text())
+    text = " ".join((ROOT / "docs" / "speed.md").read_text().split())
+    ms = bench["median_step_ms"]
+    for phrase in (f"{ms['every_position']:.1f} ms a step with the head at every position",
+                   f"against {ms['answers_only']:.1f} ms at the answers, a ratio of {bench['ratio']}",
+                   f"({bench['steps_each']} steps each", f"(batch {bench['batch_size']}, T = {bench['seq_len']}, a vocabulary of 8,192)"):
+        assert phrase in text, phrase
+    assert bench["vocab_size"] == 8192 and bench["experiment"] == "zoology-fig2-t64-d64"
+    assert bench["ratio"] == round(ms["answers_only"] / ms["every_position"], 3)
+
+
 def test_magnitude_long_2_prose_is_the_results():
     """docs/studies/magnitude-long.md's prose on the GPU comparison (magnitude-long-2) is recomputed from its
     results/ folder: run times, the low-rank gap during training, the seeds' spreads, standard's curve."""
