@@ -66,7 +66,7 @@ GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "
 
 # The comparisons on the leaderboard, and those left off with the reason. A new study adds its comparisons to one.
 LEADERBOARD = ("dilution-mqar-1", "dilution-mqar-2", "dilution-mqar-3", "dilution-nope-1", "dilution-alibi-mqar",
-               "dilution-noisy-1", "dilution-noisy-2", "noisy-gates-1", "noisy-gates-2", "noisy-threshold-1",
+               "dilution-noisy-1", "dilution-noisy-2", "noisy-gates-1", "noisy-gates-2", "noisy-threshold-1", "noisy-threshold-2",
                "dilution-lm-1", "dilution-lm-2", "dilution-lm-3", "dilution-lm-4", "dilution-lm-5", "dilution-rope-lm", "dilution-rope-lm-2",
                "dilution-alibi-lm", "dilution-nope-lm",
                "hijack-v2-1", "hijack-v2-2", "hijack-v2-2-causal", "hijack-v2-4", "hijack-v2-5", "hijack-v2-1-h100", "hijack-v2-6",

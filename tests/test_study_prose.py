@@ -105,8 +105,12 @@ def test_budgets_and_seeds_of_the_page():
     page = "".join(p.read_text() for p in CAPABILITY_PAGES)
     names = set(re.findall(r"<!-- RESULTS:([\w-]+):BEGIN", page)) | set(re.findall(r"HIJACK-PROTOCOL:([\w-]+):", page))
     threshold = {name for name in names if _results(name).get("convergence")}  # the re-runs to a threshold
-    reruns = ("noisy-gates-1", "noisy-gates-2", "noisy-threshold-1")
+    reruns = ("noisy-gates-1", "noisy-gates-2", "noisy-threshold-1", "noisy-threshold-2")
     assert threshold == set(reruns)
+    below = [v["variant"] for name in reruns for v in _results(name)["primary"]["variants"]
+             if v.get("p_holm") is not None and v["p_holm"] < 0.05 and v["ci"]["high"] < 0]
+    assert ("at the cap, only " + ", ".join(f"`{v}`" for v in below[:-1]) + f" and `{below[-1]}` end significantly "
+            "below it after Holm") in CAPABILITY
     assert "the exceptions are the later re-runs on noisy recall to a threshold with 5 seeds (" + \
         ", ".join(f"`{name}`" for name in reruns) + "; paired tests, Holm)" in CAPABILITY
     assert all(len(_results(name)["settings"]["seeds"]) == 5 for name in reruns)
@@ -518,3 +522,65 @@ def test_the_threshold_reruns_prose_is_the_saved_runs():
     levels = [statistics.mean(100 * _evals("recall-noisy-recall-2", v, s)[1000]["val_accuracy"] for s in range(3))
               for v in variants]
     assert "part 2's levels at step 1000 ({:.2f}%, {:.2f}%, {:.2f}%)".format(*levels) in page
+
+
+def test_moh_and_coda_to_a_threshold_prose_is_the_saved_runs():
+    """capability-noisy-recall.md's section on noisy-threshold-2: which seeds met the threshold and when, the
+    log-rank tests with Holm, where the capped runs ended (on the plateau or climbing), and the differences from
+    standard with scipy's paired t-test and Holm beside results.json's CIs and detectable differences."""
+    from scipy import stats
+    from statsmodels.stats.multitest import multipletests
+
+    name, variants = "noisy-threshold-2", ("moh", "coda")
+    page = NOISY_RECALL
+    assert all(_seeds(name, v) == [0, 1, 2, 3, 4] for v in ("standard", *variants))
+    runs = {v: [_summary(name, v, s) for s in range(5)] for v in ("standard", *variants)}
+    met = {v: [s for s in range(5) if runs[v][s]["converged"]] for v in variants}
+    steps = {v: [runs[v][s]["threshold_step"] for s in met[v]] for v in variants}
+    assert f"`moh` met it in {len(met['moh'])} of 5 seeds (at step {steps['moh'][0]})" in page and len(met["moh"]) == 1
+    assert "`coda` in {} of 5 (at steps {} and {})".format(len(met["coda"]), *steps["coda"]) in page
+    assert f"every `standard` run met it by step {max(r['threshold_step'] for r in runs['standard'])}" in page
+    conv = {r["variant"]: r["logrank_vs_baseline"] for r in _results(name)["convergence"]["variants"]}
+    logrank = [conv[v]["p"] for v in variants]
+    assert "(log-rank p = {:.3g} and {:.3g}; Holm over the two {:.3g} and {:.3g})".format(
+        *logrank, *multipletests(logrank, method="holm")[1]) in page
+
+    def at(v, s, step):
+        return 100 * _evals(name, v, s)[step]["val_accuracy"]
+
+    plateau = [("moh", 0), ("moh", 3), ("coda", 2)]
+    climbing = [("moh", 2), ("moh", 4), ("coda", 1), ("coda", 4)]
+    assert sorted(plateau + climbing) == sorted((v, s) for v in variants for s in range(5) if s not in met[v])
+    assert all(at(v, s, 2000) < 42 for v, s in plateau) and all(at(v, s, 2000) > 50 for v, s in climbing)
+    assert "`moh` seeds 0 and 3 ({:.2f}% and {:.2f}%, {:.2f} and {:.2f} points above step 1000)".format(
+        at("moh", 0, 2000), at("moh", 3, 2000), *(at("moh", s, 2000) - at("moh", s, 1000) for s in (0, 3))) in page
+    assert "`coda` seed 2 ({:.2f}%)".format(at("coda", 2, 2000)) in page
+    assert "`moh` seed 2 at {:.2f}% ({:.2f}% at step 1000) and seed 4 at {:.2f}% ({:.2f}% at step 1500)".format(
+        at("moh", 2, 2000), at("moh", 2, 1000), at("moh", 4, 2000), at("moh", 4, 1500)) in page
+    assert "`coda` seeds 1 and 4 at {:.2f}% and {:.2f}%".format(at("coda", 1, 2000), at("coda", 4, 2000)) in page
+
+    acc = {v: [r["final_val_accuracy"] for r in runs[v]] for v in runs}
+    holm = multipletests([stats.ttest_rel(acc[v], acc["standard"]).pvalue for v in variants], method="holm")[1]
+    primary = {r["variant"]: r for r in _results(name)["primary"]["variants"]}
+    for v, p_holm, ci_word in zip(variants, holm, ("95% CI", "CI")):
+        diff = 100 * (statistics.mean(acc[v]) - statistics.mean(acc["standard"]))
+        ci = primary[v]["ci"]
+        text = (f"`{v}` " + f"{diff:.2f} points".replace("-", "−") +
+                f" ({ci_word} [{100 * ci['low']:.2f}, {100 * ci['high']:.2f}]".replace("-", "−") + f", Holm p = {p_holm:.3g})")
+        assert text in page, (v, text)
+        assert ci["high"] < 0 and p_holm > 0.05  # "large but not established"
+    detectable = [100 * primary[v]["detectable"] for v in variants]
+    assert "would only have detected differences of {:.2f} and {:.2f} points".format(*detectable) in page
+
+
+def test_the_noisy_recall_verdict_counts_the_threshold_reruns():
+    """The verdict over the three parts: how many of 5 seeds of each re-run variant met the threshold, counted
+    from each run's summary.json."""
+    def met(name, v):
+        return sum(_summary(name, v, s)["converged"] for s in range(5))
+
+    counts = [met("noisy-threshold-1", v) for v in ("identity-qk", "residual-qk", "low-rank")]
+    counts += [met("noisy-threshold-2", v) for v in ("moh", "coda")]
+    assert ("`identity-qk` in {} of 5 seeds, `residual-qk` in {}, `low-rank` in {} ([`noisy-threshold-1`]"
+            "(#noisy-recall-to-a-threshold-the-variants-still-climbing-at-step-1000)), `moh` in {} and `coda` in {} "
+            "([`noisy-threshold-2`]").format(*counts) in NOISY_RECALL
