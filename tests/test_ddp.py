@@ -29,10 +29,10 @@ WORKER = textwrap.dedent("""
 
     rows = set()  # the batch sizes this rank trains on
     forward = GPT.forward
-    def recording_forward(self, idx, targets=None):
+    def recording_forward(self, idx, targets=None, **kw):
         if self.training:
             rows.add(idx.shape[0])
-        return forward(self, idx, targets)
+        return forward(self, idx, targets, **kw)
     GPT.forward = recording_forward
     cfg = apply_overrides(load_preset("tiny"), sys.argv[1:])
     train(cfg, quiet=True)

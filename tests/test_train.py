@@ -446,8 +446,8 @@ def test_non_finite_loss_stops_the_run(tmp_path, cache_dir, monkeypatch, bad):
     original = GPT.forward
     calls = [0]
 
-    def forward(self, idx, targets=None):
-        logits, loss = original(self, idx, targets)
+    def forward(self, idx, targets=None, **kw):
+        logits, loss = original(self, idx, targets, **kw)
         if self.training and loss is not None:
             calls[0] += 1
             if calls[0] == 7:
