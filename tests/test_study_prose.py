@@ -407,12 +407,39 @@ def test_the_noisy_gates_prose_is_the_saved_runs():
     assert round(100 * primary["magnitude-prefix"]["detectable"]) == 55 and "about 55 points" in page
 
 
+def _logrank_and_holm(name: str, variants) -> tuple[list[float], list[float]]:
+    """The log-rank p of each variant against standard from results.json, and their Holm adjustment (statsmodels)."""
+    from statsmodels.stats.multitest import multipletests
+
+    conv = {r["variant"]: r["logrank_vs_baseline"] for r in _results(name)["convergence"]["variants"]}
+    ps = [conv[v]["p"] for v in variants]
+    return ps, list(multipletests(ps, method="holm")[1])
+
+
+def _differences(name: str, variants, ci_words) -> list[tuple[str, dict, float]]:
+    """For each variant: the page's "−d points (CI [lo, hi], Holm p = q)" text, its CI and Holm p. The difference of
+    the mean final accuracy from standard's and scipy's paired t-test with Holm (statsmodels) come from each run's
+    summary.json; the BCa interval (not recomputable without the report's resampling) from results.json."""
+    from scipy import stats
+    from statsmodels.stats.multitest import multipletests
+
+    acc = {v: [_summary(name, v, s)["final_val_accuracy"] for s in range(5)] for v in ("standard", *variants)}
+    holm = multipletests([stats.ttest_rel(acc[v], acc["standard"]).pvalue for v in variants], method="holm")[1]
+    primary = {r["variant"]: r for r in _results(name)["primary"]["variants"]}
+    out = []
+    for v, p_holm, word in zip(variants, holm, ci_words):
+        diff = 100 * (statistics.mean(acc[v]) - statistics.mean(acc["standard"]))
+        ci = primary[v]["ci"]
+        text = (f"{diff:.2f} points ({word} [{100 * ci['low']:.2f}, {100 * ci['high']:.2f}]".replace("-", "−")
+                + f", Holm p = {p_holm:.3g})")
+        out.append((text, ci, p_holm))
+    return out
+
+
 def test_the_linear_gates_prose_is_the_saved_runs():
     """capability-noisy-recall.md's section on the linear value gates run to a threshold (noisy-gates-2): no run met
     it, their accuracy at steps 1000, 1500 and 2000 (still rising), and the differences from standard, recomputed
     from each run's metrics with scipy's paired t-test and Holm, and from results.json (CIs, log-rank tests)."""
-    from scipy import stats
-    from statsmodels.stats.multitest import multipletests
 
     name, variants = "noisy-gates-2", ("magnitude-causal-linear", "magnitude-prefix-linear")
     page = NOISY_RECALL
@@ -438,15 +465,9 @@ def test_the_linear_gates_prose_is_the_saved_runs():
     assert f"from {span(causal[1000])} to {span(causal[2000])}" in page
     assert f"`magnitude-prefix-linear` {span(prefix[2000])}, `magnitude-causal-linear` {span(causal[2000])}" in page
 
-    acc = {v: [r["final_val_accuracy"] for r in runs] for v, runs in summary.items()}
-    holm = multipletests([stats.ttest_rel(acc[v], acc["standard"]).pvalue for v in variants], method="holm")[1]
-    primary = {r["variant"]: r for r in _results(name)["primary"]["variants"]}
-    for v, p, ci_word in zip(variants, holm, ("95% CI", "CI")):
-        diff = 100 * (statistics.mean(acc[v]) - statistics.mean(acc["standard"]))
-        ci = primary[v]["ci"]
-        assert (f"`{v}` " + f"{diff:.2f} points".replace("-", "−") +
-                f" ({ci_word} [{100 * ci['low']:.2f}, {100 * ci['high']:.2f}], Holm p = {p:.3g})") in page, v
-        assert ci["high"] < 0 and p < 0.05  # "both lower at the cap"
+    for v, (text, ci, p_holm) in zip(variants, _differences(name, variants, ("95% CI", "CI"))):
+        assert f"`{v}` {text}" in page, (v, text)
+        assert ci["high"] < 0 and p_holm < 0.05  # "both lower at the cap"
 
 
 def test_the_readme_line_on_the_gates_is_the_saved_runs():
@@ -470,8 +491,6 @@ def test_the_threshold_reruns_prose_is_the_saved_runs():
     log-rank tests with Holm, what the capped runs ended at and that they were still rising (or on the plateau),
     the differences from standard with scipy's paired t-test and Holm and results.json's CIs and detectable
     differences, and part 2's levels at step 1000, recomputed from the runs."""
-    from scipy import stats
-    from statsmodels.stats.multitest import multipletests
 
     name, variants = "noisy-threshold-1", ("identity-qk", "residual-qk", "low-rank")
     page = NOISY_RECALL
@@ -484,10 +503,9 @@ def test_the_threshold_reruns_prose_is_the_saved_runs():
     assert f"at steps {min(steps)}-{max(steps)}" in page
     assert all(r["converged"] for r in runs["standard"])
     assert f"every `standard` run met it by step {max(r['threshold_step'] for r in runs['standard'])}" in page
-    conv = {r["variant"]: r["logrank_vs_baseline"] for r in _results(name)["convergence"]["variants"]}
-    logrank = [conv[v]["p"] for v in variants]
+    logrank, adjusted = _logrank_and_holm(name, variants)
     assert "(log-rank p = {:.3g}, {:.3g} and {:.3g}; Holm over the three {:.3g}, {:.3g} and {:.3g})".format(
-        *logrank, *multipletests(logrank, method="holm")[1]) in page
+        *logrank, *adjusted) in page
 
     def at(v, s, step):
         return 100 * _evals(name, v, s)[step]["val_accuracy"]
@@ -497,16 +515,10 @@ def test_the_threshold_reruns_prose_is_the_saved_runs():
     finals = [at(v, s, 2000) for v, s in capped]
     assert f"ended between {min(finals):.2f}% and {max(finals):.2f}%" in page
 
-    acc = {v: [r["final_val_accuracy"] for r in runs[v]] for v in runs}
-    holm = multipletests([stats.ttest_rel(acc[v], acc["standard"]).pvalue for v in variants], method="holm")[1]
-    primary = {r["variant"]: r for r in _results(name)["primary"]["variants"]}
-    for v, p_holm, ci_word in zip(variants, holm, ("95% CI", "CI", "CI")):
-        diff = 100 * (statistics.mean(acc[v]) - statistics.mean(acc["standard"]))
-        ci = primary[v]["ci"]
-        text = (f"{diff:.2f} points".replace("-", "−") + f" ({ci_word} [{100 * ci['low']:.2f}, {100 * ci['high']:.2f}]"
-                .replace("-", "−") + f", Holm p = {p_holm:.3g})")
+    for v, (text, ci, p_holm) in zip(variants, _differences(name, variants, ("95% CI", "CI", "CI"))):
         assert text in page, (v, text)
         assert ci["high"] < 0 and p_holm > 0.05  # "the bootstrap intervals exclude 0 while the tests do not reject"
+    primary = {r["variant"]: r for r in _results(name)["primary"]["variants"]}
     detectable = [100 * primary[v]["detectable"] for v in variants]
     assert "could have detected differences of {:.2f} and {:.2f} points".format(*detectable[:2]) in page
     assert f"only a difference of {detectable[2]:.2f} points" in page
@@ -528,8 +540,6 @@ def test_moh_and_coda_to_a_threshold_prose_is_the_saved_runs():
     """capability-noisy-recall.md's section on noisy-threshold-2: which seeds met the threshold and when, the
     log-rank tests with Holm, where the capped runs ended (on the plateau or climbing), and the differences from
     standard with scipy's paired t-test and Holm beside results.json's CIs and detectable differences."""
-    from scipy import stats
-    from statsmodels.stats.multitest import multipletests
 
     name, variants = "noisy-threshold-2", ("moh", "coda")
     page = NOISY_RECALL
@@ -540,10 +550,8 @@ def test_moh_and_coda_to_a_threshold_prose_is_the_saved_runs():
     assert f"`moh` met it in {len(met['moh'])} of 5 seeds (at step {steps['moh'][0]})" in page and len(met["moh"]) == 1
     assert "`coda` in {} of 5 (at steps {} and {})".format(len(met["coda"]), *steps["coda"]) in page
     assert f"every `standard` run met it by step {max(r['threshold_step'] for r in runs['standard'])}" in page
-    conv = {r["variant"]: r["logrank_vs_baseline"] for r in _results(name)["convergence"]["variants"]}
-    logrank = [conv[v]["p"] for v in variants]
     assert "(log-rank p = {:.3g} and {:.3g}; Holm over the two {:.3g} and {:.3g})".format(
-        *logrank, *multipletests(logrank, method="holm")[1]) in page
+        *sum(_logrank_and_holm(name, variants), [])) in page
 
     def at(v, s, step):
         return 100 * _evals(name, v, s)[step]["val_accuracy"]
@@ -559,16 +567,10 @@ def test_moh_and_coda_to_a_threshold_prose_is_the_saved_runs():
         at("moh", 2, 2000), at("moh", 2, 1000), at("moh", 4, 2000), at("moh", 4, 1500)) in page
     assert "`coda` seeds 1 and 4 at {:.2f}% and {:.2f}%".format(at("coda", 1, 2000), at("coda", 4, 2000)) in page
 
-    acc = {v: [r["final_val_accuracy"] for r in runs[v]] for v in runs}
-    holm = multipletests([stats.ttest_rel(acc[v], acc["standard"]).pvalue for v in variants], method="holm")[1]
-    primary = {r["variant"]: r for r in _results(name)["primary"]["variants"]}
-    for v, p_holm, ci_word in zip(variants, holm, ("95% CI", "CI")):
-        diff = 100 * (statistics.mean(acc[v]) - statistics.mean(acc["standard"]))
-        ci = primary[v]["ci"]
-        text = (f"`{v}` " + f"{diff:.2f} points".replace("-", "−") +
-                f" ({ci_word} [{100 * ci['low']:.2f}, {100 * ci['high']:.2f}]".replace("-", "−") + f", Holm p = {p_holm:.3g})")
-        assert text in page, (v, text)
+    for v, (text, ci, p_holm) in zip(variants, _differences(name, variants, ("95% CI", "CI"))):
+        assert f"`{v}` {text}" in page, (v, text)
         assert ci["high"] < 0 and p_holm > 0.05  # "large but not established"
+    primary = {r["variant"]: r for r in _results(name)["primary"]["variants"]}
     detectable = [100 * primary[v]["detectable"] for v in variants]
     assert "would only have detected differences of {:.2f} and {:.2f} points".format(*detectable) in page
 
