@@ -213,7 +213,6 @@ def _entries(name: str, benchmark: str, results: dict, runs: dict[str, set[tuple
             continue
         key, scale = ("final_val_accuracy", 100.0) if task else ("final_val_loss", 1.0)
         s, b = row.get(key) or {}, baseline.get(key) or {}
-        common["p_holm"] = welch_holm.get(variant)
         interval = None if variant == results["baseline"] else _welch_interval(s, b)
         out.append(Entry(metric="final val accuracy (%)" if task else "final val loss",
                          higher_is_better=task, n=s.get("n") or 0, mean=_scaled(s.get("mean"), scale),
@@ -221,7 +220,7 @@ def _entries(name: str, benchmark: str, results: dict, runs: dict[str, set[tuple
                          delta=None if variant == results["baseline"] or s.get("mean") is None or b.get("mean") is None
                          else scale * (s["mean"] - b["mean"]),
                          low=_scaled(interval and interval[0], scale), high=_scaled(interval and interval[1], scale),
-                         ci_method="Welch t" if interval else "", **common))
+                         ci_method="Welch t" if interval else "", p_holm=welch_holm.get(variant), **common))
     return out
 
 
