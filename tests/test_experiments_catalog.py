@@ -234,7 +234,12 @@ def test_heads_parts_are_one_grid_each_with_the_baseline():
     assert hijack.base_config() == load_experiment("hijack-mixed-1").base_config().replace(
         out_dir=hijack.base_config().out_dir)
     for exp in [*lm, hijack]:
-        assert exp.variants[0] == "standard" and exp.seeds == [0, 1, 2]
+        assert exp.variants[0] == "standard"
+    assert hijack.seeds == [0, 1, 2]
+    for exp in [*lm, load_experiment("boneless")]:  # the language-model parts: 5 seeds, dilution-lm's primary metric
+        assert exp.seeds == [0, 1, 2, 3, 4] and exp.primary == "val_loss"
+        assert exp.base_config().replace(out_dir="x") == load_experiment("dilution-lm-1").base_config().replace(
+            out_dir="x")
 
 
 def test_the_dilution_parts_on_the_language_model_share_one_grid_and_cover_every_answer():
