@@ -631,20 +631,6 @@ def test_the_one_exp_per_score_table_is_the_two_saved_reports():
             f"to none with 8") in speed
 
 
-def test_the_heads_page_gpu_costs_are_the_saved_layer_benchmark():
-    """docs/heads.md quotes the H200's bfloat16 layer table (results/benchmarks/cuda/attention_layer_bf16.json) for
-    the three recombinations: the forward+backward ratios against the SDPA layer."""
-    import json
-
-    bench = json.loads((ROOT / "results" / "benchmarks" / "cuda" / "attention_layer_bf16.json").read_text())
-    ratio = {r["variant"]: r["layer_fwd_bwd_ratio"] for r in bench["results"]}
-    page = " ".join((DOCS / "heads.md").read_text().split())
-    assert (f"the three layers cost {ratio['talking-heads']}x, {ratio['moh']}x and {ratio['coda']}x the SDPA layer's"
-            in page)
-    assert f"the layer costs {ratio['coda']}x the SDPA layer's forward+backward, the cheapest of the three" in page
-    assert ratio["coda"] < min(ratio["talking-heads"], ratio["moh"])
-
-
 def test_per_seed_tables_fold_and_the_rest_stays_open():
     text = "#### Results\n\n| a |\n|---|\n| 1 |\n\n#### Final validation loss per seed\n\n| s |\n|---|\n| 2 |\n\n#### Gates\n\n| g |\n"
     assert generate.collapse(text, ("Final validation loss per seed",)) == (

@@ -36,13 +36,17 @@ ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "docs" / "studies"
 RESULTS = ROOT / "results"
 PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consensus.md", "hijack-v2.md", "../dilution.md",
-         "zoology-anchor.md")
+         "zoology-anchor.md", "../heads.md", "capability-mqar.md", "capability-induction.md",
+         "capability-selective-copy.md")
 
 # results/ directories a page quotes besides those of its own RESULTS blocks: magnitude-long.md's section on the
 # capability tasks quotes the hijack sweep of the exact prefix prior (part 2) and of the low-rank one (part 3); the
 # dilution page quotes the hijack study (SSMax in part 5, the priors in part 1 on the CPU and on an H100).
+# The head-recombination page quotes noisy recall (part 3 ran the recombinations) and the mixed hijack protocol's
+# parts 1 and 2, whose recipe its hijack part repeats.
 EXTRA_DIRS = {"magnitude-long.md": ("hijack-mixed-2", "hijack-mixed-3"),
-              "../dilution.md": ("hijack-v2-1", "hijack-v2-1-h100", "hijack-v2-5")}  # it quotes the hijack study
+              "../dilution.md": ("hijack-v2-1", "hijack-v2-1-h100", "hijack-v2-5"),  # it quotes the hijack study
+              "../heads.md": ("recall-noisy-recall-3", "hijack-mixed-1", "hijack-mixed-2")}
 
 
 generate = docs_generate()
@@ -214,6 +218,52 @@ def _colours_cosine() -> dict:
 
 LONG, LONG2, LOW = "magnitude-long", "magnitude-long-2", "magnitude-causal-lowrank"
 
+
+def _accuracies(name: str, variant: str) -> list[float]:
+    """The final validation accuracy (%) of each seed of a variant, in seed order (summary.json)."""
+    return [100 * s["final_val_accuracy"] for s in _summaries(name, variant)]
+
+
+def _accuracy_at(name: str, variant: str, step: int) -> float:
+    """The validation accuracy (%) at ``step``, mean over the variant's seeds (metrics.jsonl)."""
+    from attnlab.rundir import read_metrics
+
+    return statistics.mean(100 * next(m["val_accuracy"] for m in read_metrics(run) if m["step"] == step
+                                      and m.get("val_accuracy") is not None)
+                           for run in sorted((RESULTS / name / variant).glob("seed*")))
+
+
+def _selective_copy_holm() -> str:
+    """Part 2 of selective copy: Welch's test of each variant's final accuracies against standard's (scipy), Holm
+    over the part's tests (statsmodels), and the variant with the smallest p."""
+    from scipy import stats
+    from statsmodels.stats.multitest import multipletests
+
+    name = "recall-selective-copy-2"
+    base = _accuracies(name, "standard")
+    others = [p.name for p in sorted((RESULTS / name).iterdir()) if (p / "seed0").is_dir() and p.name != "standard"]
+    p = [float(stats.ttest_ind(_accuracies(name, v), base, equal_var=False).pvalue) for v in others]
+    holm = multipletests(p, method="holm")[1]
+    best = min(range(len(p)), key=p.__getitem__)
+    acc = _accuracies(name, others[best])
+    verdict = ("No difference survives" if min(holm) >= 0.05 else "A difference survives")
+    return (f"{verdict} Holm's correction over the part's {len(p)} tests. The smallest p is `{others[best]}`': "
+            f"{statistics.mean(acc):.2f} ± {statistics.stdev(acc):.2f}% against {statistics.mean(base):.2f} ± "
+            f"{statistics.stdev(base):.2f}% (Welch p = {p[best]:.3g}, Holm p = {holm[best]:.3g}; loss "
+            f"{statistics.mean(_finals(name, others[best])):.4f} against {statistics.mean(_finals(name, 'standard')):.4f})")
+
+
+def _speed_ratios(name: str, *variants: str) -> list[float]:
+    """Each variant's mean tokens/s over standard's in the same comparison."""
+    return [_speed(name, v) / _speed(name, "standard") for v in variants]
+
+
+def _gpu_layer(variant: str) -> float:
+    """The H200's bfloat16 forward+backward ratio of a variant's layer to the SDPA layer
+    (benchmarks/attention_layer.py, saved as results/benchmarks/cuda/attention_layer_bf16.json)."""
+    rows = json.loads((RESULTS / "benchmarks" / "cuda" / "attention_layer_bf16.json").read_text())["results"]
+    return next(r["layer_fwd_bwd_ratio"] for r in rows if r["variant"] == variant)
+
 # {page: {phrase as the page writes it: a function that rebuilds the phrase from results/}}. Each phrase holds
 # numbers that results/ does not print as such (a difference, a ratio, a rounding, a per-seed value); its
 # function recomputes them from the raw files at the page's precision.
@@ -267,6 +317,56 @@ def _zoology_jump() -> str:
 
 
 RECOMPUTED = {
+    "capability-mqar.md": {
+        "(66.9% at step 750, 96.6% at step 1000)": lambda: "({:.1f}% at step 750, {:.1f}% at step 1000)".format(
+            *(_accuracy_at("recall-mqar-1", "magnitude-prefix", step) for step in (750, 1000))),
+        "gate reaches 57.6% (one seed of three is crossing at the end, loss 0.26), and with the linear gate 48.3-48.7% "
+        "in the three seeds": lambda: "gate reaches {:.1f}% (one seed of three is crossing at the end, loss {:.2f}), "
+                                      "and with the linear gate {}% in the three seeds".format(
+            statistics.mean(_accuracies("recall-mqar-1", "magnitude-causal")),
+            min(_finals("recall-mqar-1", "magnitude-causal")),
+            _span(_accuracies("recall-mqar-1", "magnitude-causal-linear"), ".1f")),
+        "gating the values reach 57.6% (part 1)": lambda: "gating the values reach {:.1f}% (part 1)".format(
+            statistics.mean(_accuracies("recall-mqar-1", "magnitude-causal"))),
+        "recalls 100% in seeds 0 and 1 and stays at 49.35% in seed 2":
+            lambda: "recalls {:.0f}% in seeds 0 and 1 and stays at {:.2f}% in seed 2".format(
+                *_accuracies("recall-mqar-3", "magnitude-prefix-logits-lowrank")[1:]),
+    },
+    "capability-induction.md": {
+        "`boneless-corr` 14.0%, `boneless-value` 4.1%. `boneless-softmax` reaches 80.1%":
+            lambda: "`boneless-corr` {:.1f}%, `boneless-value` {:.1f}%. `boneless-softmax` reaches {:.1f}%".format(
+                *(statistics.mean(_accuracies("recall-induction", v))
+                  for v in ("boneless-corr", "boneless-value", "boneless-softmax"))),
+    },
+    "capability-selective-copy.md": {
+        "No difference survives Holm's correction over the part's 9 tests. The smallest p is "
+        "`magnitude-prefix-logits`': 98.09 ± 0.57% against 99.58 ± 0.47% (Welch p = 0.0266, Holm p = 0.24; loss "
+        "0.0596 against 0.0151)": _selective_copy_holm,
+        "(98.8-99.1% at the end)": lambda: "({} at the end)".format(_span(
+            (statistics.mean(_accuracies("recall-selective-copy-1", v))
+             for v in ("magnitude-causal", "magnitude-prefix")), ".1f") + "%"),
+        "99.73% in seed 0, 47.90% and 38.53% in seeds 1 and 2": lambda: "{:.2f}% in seed 0, {:.2f}% and {:.2f}% in "
+            "seeds 1 and 2".format(*_accuracies("recall-selective-copy-2", "boneless-value")),
+    },
+    "../heads.md": {
+        "(one seed at 60.4%)": lambda: "(one seed at {:.1f}%)".format(min(_accuracies("heads-hijack", "moh"))),
+        "seed 0 from 1.4251 to 1.0653": lambda: "seed 0 from {:.4f} to {:.4f}".format(
+            *(_evals("heads-hijack", "moh", 0)[step] for step in (375, 500))),
+        "Speed: 0.78x (`talking-heads`), 0.99x (`moh`) and 0.61x (`coda`) of `standard`'s 23,336 tokens/s":
+            lambda: "Speed: {:.2f}x (`talking-heads`), {:.2f}x (`moh`) and {:.2f}x (`coda`) of `standard`'s {:,.0f} "
+                    "tokens/s".format(*_speed_ratios("heads-hijack", "talking-heads", "moh", "coda"),
+                                      _speed("heads-hijack", "standard")),
+        "seeds 0 and 2 end at 0.2019 and 0.1659 against 0.2120 and 0.1631":
+            lambda: "seeds 0 and 2 end at {:.4f} and {:.4f} against {:.4f} and {:.4f}".format(
+                *(_finals(name, "standard")[seed] for name in ("heads-hijack", "hijack-mixed-1") for seed in (0, 2))),
+        "one stops at 49.32%": lambda: "one stops at {:.2f}%".format(min(_accuracies("recall-mqar-4", "moh"))),
+        "the three layers cost 1.805x, 1.785x and 1.591x the SDPA layer's":
+            lambda: "the three layers cost {}x, {}x and {}x the SDPA layer's".format(
+                *map(_gpu_layer, ("talking-heads", "moh", "coda"))),
+        "the layer costs 1.591x the SDPA layer's forward+backward, the cheapest of the three":
+            lambda: f"the layer costs {_gpu_layer('coda')}x the SDPA layer's forward+backward, the cheapest of the "
+                    "three" + ("" if _gpu_layer("coda") < min(map(_gpu_layer, ("talking-heads", "moh"))) else " (not)"),
+    },
     "zoology-anchor.md": {
         "between 2963 and 3012 of their 12,500 steps": _zoology_steps,
         "stood at 13.9% at step 1250, 49.6% at step 1500 and 97.5% at step 2000": _zoology_jump,
@@ -366,6 +466,11 @@ RECOMPUTED = {
 
 # {page: {phrase: why its number is not a measurement}}
 NOT_MEASURED = {
+    "capability-mqar.md": {"chance 1/12 = 8.33%": "1 / n_values, the task's chance level",
+                           "(3,072 answers)": "512 validation sequences x 6 queried keys, a setting"},
+    "capability-selective-copy.md": {"chance 1/16 = 6.25%": "1 / the number of symbols, the task's chance level"},
+    "../heads.md": {"(chance is 8.33%)": "1 / n_values of the mqar recipe (12 values), the task's chance level",
+                    "(log 2 = 0.693 is the largest": "the largest Jensen-Shannon divergence, in nats: a bound"},
     "hijack-v2.md": {"near chance (12.5%)": "1 / n_values, the task's chance level"},
     # the preset's settings and the paper's (zoology-mqar-t64-d64.toml)
     "zoology-anchor.md": {"a vocabulary of 8,192": "the task's vocabulary, a setting",
