@@ -349,6 +349,17 @@ RECOMPUTED = {
             "seeds 1 and 2".format(*_accuracies("recall-selective-copy-2", "boneless-value")),
     },
     "../heads.md": {
+        "`talking-heads` trains at 6,367 tokens/s against `standard`'s 12,409 (0.51x)":
+            lambda: "`talking-heads` trains at {:,.0f} tokens/s against `standard`'s {:,.0f} ({:.2f}x)".format(
+                _speed("heads-1", "talking-heads"), _speed("heads-1", "standard"), *_speed_ratios("heads-1",
+                                                                                              "talking-heads")),
+        "`moh` trains at 12,224 (0.99x)": lambda: "`moh` trains at {:,.0f} ({:.2f}x)".format(
+            _speed("heads-1", "moh"), *_speed_ratios("heads-1", "moh")),
+        "`talking-heads` 0.51x `standard`'s tokens/s on the language model (its mixed logits keep it off SDPA), `moh` "
+        "0.99x (dense: it saves nothing here), `coda` 0.16x":
+            lambda: "`talking-heads` {:.2f}x `standard`'s tokens/s on the language model (its mixed logits keep it off "
+                    "SDPA), `moh` {:.2f}x (dense: it saves nothing here), `coda` {:.2f}x".format(
+                *_speed_ratios("heads-1", "talking-heads", "moh"), *_speed_ratios("heads-2", "coda")),
         "(one seed at 60.4%)": lambda: "(one seed at {:.1f}%)".format(min(_accuracies("heads-hijack", "moh"))),
         "seed 0 from 1.4251 to 1.0653": lambda: "seed 0 from {:.4f} to {:.4f}".format(
             *(_evals("heads-hijack", "moh", 0)[step] for step in (375, 500))),
