@@ -32,8 +32,8 @@ def _entry(name: str, variant: str) -> Entry:
     return next(e for e in leaderboard(RESULTS, [name]) if e.variant == variant)
 
 
-@pytest.mark.parametrize("name, variant", [("magnitude", "magnitude-causal"), ("boneless", "residual-qk"),
-                                           ("heads-1", "moh")])
+@pytest.mark.parametrize("name, variant", [("magnitude", "magnitude-causal"), ("magnitude", "magnitude-prefix"),
+                                           ("magnitude-long", "magnitude-causal")])
 def test_a_corpus_cell_is_welchs_interval_of_the_final_losses(name, variant):
     a, b = _finals(name, variant, "final_val_loss"), _finals(name, "standard", "final_val_loss")
     ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
@@ -50,6 +50,19 @@ def test_a_task_cell_is_in_percent_and_higher_is_better():
     accuracy = rows["magnitude-causal-linear"]["final_val_accuracy"]["mean"]
     assert e.higher_is_better and e.mean == pytest.approx(100 * accuracy)
     assert e.verdict == -1 and e.high < 0  # 48.48% against 100%: worse, its interval below 0
+
+
+def test_a_declared_primary_loss_is_paired_over_seeds_and_lower_is_better():
+    """boneless declares the final validation loss as its primary metric: the cell is the mean of the per-seed
+    differences (the seeds share the data order), with the study's BCa interval, and a lower loss is better."""
+    e = _entry("boneless", "residual-qk")
+    results = json.loads((RESULTS / "boneless" / "results.json").read_text())
+    runs = {r["variant"]: {run["seed"]: run["final_val_loss"] for run in r["runs"] if run.get("status") == "finished"}
+            for r in results["variants"]}
+    seeds = sorted(runs["residual-qk"].keys() & runs["standard"].keys())
+    assert len(seeds) == 5 and not e.higher_is_better and e.ci_method == "BCa bootstrap"
+    assert e.delta == pytest.approx(np.mean([runs["residual-qk"][s] - runs["standard"][s] for s in seeds]), rel=1e-9)
+    assert e.high < 0 and e.verdict == 1  # lower than standard in every seed, Holm p below 0.05
 
 
 def test_a_declared_primary_metric_takes_the_studys_paired_interval():

@@ -224,6 +224,14 @@ def _accuracies(name: str, variant: str) -> list[float]:
     return [100 * s["final_val_accuracy"] for s in _summaries(name, variant)]
 
 
+def _added_seeds_minutes() -> tuple[int, str]:
+    """The runs of the boneless comparison's seeds 3 and 4 trained in it (not copied from dilution-lm-1), and the
+    range of their wall times in minutes (summary.json)."""
+    runs = [s for v in ("boneless-corr", "boneless-softmax", "boneless-value", "identity-qk", "residual-qk")
+            for s in _summaries("boneless", v) if s["seed"] in (3, 4)]
+    return len(runs), _span((s["wall_time_s"] / 60 for s in runs), ".1f")
+
+
 def _accuracy_at(name: str, variant: str, step: int) -> float:
     """The validation accuracy (%) at ``step``, mean over the variant's seeds (metrics.jsonl)."""
     from attnlab.rundir import read_metrics
@@ -417,9 +425,17 @@ RECOMPUTED = {
         "on the same 65,536 validation targets":
             lambda: "on the same {:,} validation targets".format(
                 json.loads((RESULTS / "boneless" / "results.json").read_text())["settings"]["train"]["eval_tokens"]),
-        "(step 600: 2.037 and 2.029 against 2.076)":
+        "(step 600: 2.045 and 2.033 against 2.077)":
             lambda: "(step 600: {:.3f} and {:.3f} against {:.3f})".format(
                 *(_val("boneless", v, 600) for v in ("identity-qk", "residual-qk", "standard"))),
+        "(its seeds 0-2 match this page's to the fourth decimal)": lambda: "(its seeds 0-2 match this page's to the "
+            "fourth decimal)" + ("" if [round(v, 4) for v in _finals("dilution-lm-1", "standard")[:3]]
+                                 == [round(v, 4) for v in _finals("boneless", "standard")[:3]] else " (not)"),
+        "(seed 3 ends 0.0149 behind `standard`'s": lambda: "(seed 3 ends {:.4f} behind `standard`'s".format(
+            _finals("boneless", "identity-qk")[3] - _finals("boneless", "standard")[3]),
+        "Their 10 runs took 57 minutes, two at a time on the 2-core CPU (8.4-13.6 min a run)":
+            lambda: "Their {} runs took 57 minutes, two at a time on the 2-core CPU ({} min a run)".format(
+                *_added_seeds_minutes()),
     },
     "magnitude-long.md": {
         "3.8x the time of SDPA at T = 1024":
