@@ -151,18 +151,18 @@ def _speed(name: str, variant: str, threads: str | None = None, seeds=None) -> f
     return statistics.mean(s["tokens_per_s"] for s in runs)
 
 
-def _evals(name: str, variant: str, seed: int) -> dict[int, float]:
-    """{step: validation loss} of one run."""
+def _evals(name: str, variant: str, seed: int, key: str = "val_loss") -> dict[int, float]:
+    """{step: validation loss (or another evaluated ``key``)} of one run."""
     from attnlab.rundir import read_metrics
 
     rows = read_metrics(RESULTS / name / variant / f"seed{seed}")
-    return {m["step"]: m["val_loss"] for m in rows if m.get("val_loss") is not None}
+    return {m["step"]: m[key] for m in rows if m.get(key) is not None}
 
 
-def _val(name: str, variant: str, step: int) -> float:
-    """The validation loss at ``step``, mean over the variant's seeds."""
+def _val(name: str, variant: str, step: int, key: str = "val_loss") -> float:
+    """The validation loss (or another evaluated ``key``) at ``step``, mean over the variant's seeds."""
     seeds = [int(p.name[4:]) for p in sorted((RESULTS / name / variant).glob("seed*"))]
-    return statistics.mean(_evals(name, variant, s)[step] for s in seeds)
+    return statistics.mean(_evals(name, variant, s, key)[step] for s in seeds)
 
 
 def _gate_mean(name: str, variant: str, key: str) -> float:
@@ -232,15 +232,6 @@ def _added_seeds_minutes() -> tuple[int, str]:
     runs = [s for v in ("boneless-corr", "boneless-softmax", "boneless-value", "identity-qk", "residual-qk")
             for s in _summaries("boneless", v) if s["seed"] in (3, 4)]
     return len(runs), _span((s["wall_time_s"] / 60 for s in runs), ".1f")
-
-
-def _accuracy_at(name: str, variant: str, step: int) -> float:
-    """The validation accuracy (%) at ``step``, mean over the variant's seeds (metrics.jsonl)."""
-    from attnlab.rundir import read_metrics
-
-    return statistics.mean(100 * next(m["val_accuracy"] for m in read_metrics(run) if m["step"] == step
-                                      and m.get("val_accuracy") is not None)
-                           for run in sorted((RESULTS / name / variant).glob("seed*")))
 
 
 def _selective_copy_holm() -> str:
@@ -332,7 +323,7 @@ def _zoology_jump() -> str:
 RECOMPUTED = {
     "capability-mqar.md": {
         "(66.9% at step 750, 96.6% at step 1000)": lambda: "({:.1f}% at step 750, {:.1f}% at step 1000)".format(
-            *(_accuracy_at("recall-mqar-1", "magnitude-prefix", step) for step in (750, 1000))),
+            *(100 * _val("recall-mqar-1", "magnitude-prefix", step, "val_accuracy") for step in (750, 1000))),
         "gate reaches 57.6% (one seed of three is crossing at the end, loss 0.26), and with the linear gate 48.3-48.7% "
         "in the three seeds": lambda: "gate reaches {:.1f}% (one seed of three is crossing at the end, loss {:.2f}), "
                                       "and with the linear gate {}% in the three seeds".format(
