@@ -509,6 +509,21 @@ def test_compare_refuses_a_different_existing_comparison(tmp_path):
     assert fake.calls == []
 
 
+def test_an_extended_grid_may_declare_its_primary_metric_but_not_change_it(tmp_path):
+    """Seeds added to a grid that declared no primary metric may declare one (for the added runs); a declared
+    primary metric is part of the comparison: another one is refused in one line."""
+    base, variants = tiny(), ["standard", "gqa"]
+    check_or_write_spec(tmp_path, spec_dict(base, variants, [0, 1]))
+    assert check_or_write_spec(tmp_path, spec_dict(base, variants, [0, 1, 2], "val_loss"), type(base))
+    written = tomllib.loads((tmp_path / "compare.toml").read_text())
+    assert written["primary"] == "val_loss" and written["seeds"] == [0, 1, 2]
+    with pytest.raises(ConfigError, match=r"primary: 'val_loss' -> 'val_accuracy'") as info:
+        check_or_write_spec(tmp_path, spec_dict(base, variants, [0, 1, 2], "val_accuracy"), type(base))
+    assert "\n" not in str(info.value)
+    # a later part that names the same primary metric resumes
+    assert check_or_write_spec(tmp_path, spec_dict(base, variants, [3], "val_loss"), type(base))
+
+
 def test_compare_in_parts_extends_the_grid(tmp_path):
     """Other seeds or variants on the same settings and baseline extend the comparison: only the new runs train,
     compare.toml lists the union, and the report covers every run."""

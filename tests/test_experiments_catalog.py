@@ -4,14 +4,19 @@ results were measured with."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import tomllib
+from pathlib import Path
 
 import pytest
 
 from attnlab.errors import ConfigError
 from attnlab.experiments import experiment_names, load_experiment
-from attnlab.experiments.grid import spec_dict
+from attnlab.experiments.grid import check_or_write_spec, spec_dict
 from attnlab.presets import load_preset
 from attnlab.registry import variant_info
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 # The one experiment with a single seed: the hijack experiment asks for one fixed-m run per variant as a check of the mixed-m
@@ -39,14 +44,21 @@ def test_boneless_is_the_write_ups_six_steps_on_the_cpu_model():
     assert base.train.max_steps == 1000 and base.train.replace(max_steps=cpu.train.max_steps) == cpu.train
 
 
-def test_magnitude_is_issue_4s_grid_on_the_default_preset():
+def test_magnitude_is_the_readme_grid_on_the_default_preset(tmp_path):
     """The README's magnitude table was measured with `compare --variants standard magnitude-causal
-    magnitude-prefix --seeds 0 1 2` on the default preset: `--experiment magnitude` is the same comparison
-    (same compare.toml), so it resumes or reproduces that directory."""
+    magnitude-prefix --seeds 0 1 2` on the default preset, and seeds 3 and 4 were added with the primary metric
+    declared: `--experiment magnitude` is the same comparison (same compare.toml but for those), so it resumes or
+    reproduces that directory."""
     exp = load_experiment("magnitude")
     variants = ["standard", "magnitude-causal", "magnitude-prefix"]
+    assert exp.primary == "val_loss"
     assert spec_dict(exp.base_config(), exp.variants, exp.seeds) == spec_dict(load_preset("cpu"), variants,
-                                                                               [0, 1, 2])
+                                                                               [0, 1, 2, 3, 4])
+    # the shipped directory resumes under the 5-seed preset (check_or_write_spec raises on any other difference)
+    shutil.copy(RESULTS / "magnitude" / "compare.toml", tmp_path / "compare.toml")
+    assert check_or_write_spec(tmp_path, spec_dict(exp.base_config(), exp.variants, exp.seeds, exp.primary),
+                               type(exp.base_config()))
+    assert tomllib.loads((tmp_path / "compare.toml").read_text())["seeds"] == [0, 1, 2, 3, 4]
 
 
 def test_recall_parts_train_every_registered_variant_on_their_task():

@@ -126,9 +126,10 @@ def check_or_write_spec(out_dir: Path, spec: dict, type_of_base=None) -> bool:
 
     The same base config (every setting but the per-run variant and seed) and the same baseline (the first variant)
     resume the comparison, whatever variants and seeds this call trains: the file then lists the union of both, so
-    a grid can be run in parts (``--seeds 0 1 2 3 4`` now, the other seeds later) and reported as one. Any other
-    difference is a one-line ConfigError naming the differing keys; settings missing from the existing file count
-    as ``type_of_base``'s defaults (see :func:`_with_defaults`).
+    a grid can be run in parts (``--seeds 0 1 2 3 4`` now, the other seeds later) and reported as one. A grid
+    that declared no primary metric may declare one when it is extended (before the added runs train); changing a
+    declared one is a difference. Any other difference is a one-line ConfigError naming the differing keys;
+    settings missing from the existing file count as ``type_of_base``'s defaults (see :func:`_with_defaults`).
     """
     path = out_dir / SPEC_FILE
     if not path.exists():
@@ -136,6 +137,9 @@ def check_or_write_spec(out_dir: Path, spec: dict, type_of_base=None) -> bool:
         return False
     old = _with_defaults(load_toml(path), type_of_base)
     lists = ("variants", "seeds")
+    declared = "primary" not in old and "primary" in spec  # declared now, for the runs this call adds
+    if declared:
+        old = {**old, "primary": spec["primary"]}
     diffs = spec_differences({k: v for k, v in old.items() if k not in lists},
                              {k: v for k, v in spec.items() if k not in lists})
     old_variants = old.get("variants") or []
@@ -148,7 +152,7 @@ def check_or_write_spec(out_dir: Path, spec: dict, type_of_base=None) -> bool:
             f"use a new out_dir, or rerun with the same settings to resume"
         )
     merged = {**old, **{key: _union(old.get(key) or [], spec[key]) for key in lists}}
-    if any(merged[key] != (old.get(key) or []) for key in lists):
+    if declared or any(merged[key] != (old.get(key) or []) for key in lists):
         save_toml(merged, path)
     return True
 
