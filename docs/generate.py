@@ -264,7 +264,8 @@ def results_block(name: str) -> str:
 
 
 # The per-seed and per-step tables: folded on the pages (a click opens them), out of the table of contents.
-COLLAPSED = ("Final validation loss per seed", "Validation loss during training", "Validation accuracy (%) during training")
+COLLAPSED = ("Final validation loss per seed", "Final validation accuracy (%) per seed", "Validation loss during training",
+             "Validation accuracy (%) during training")
 
 
 def collapse(text: str, titles: tuple[str, ...]) -> str:

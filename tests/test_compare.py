@@ -197,6 +197,11 @@ def test_report_gives_accuracy_as_it_gives_loss(tmp_path):
                            f"{100 * (statistics.mean(b) - statistics.mean(a)):+.2f}", f"{t:.2f}", f"{df:.1f}", f"{p:.3g}"]
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["variants"][1]["accuracy_welch_vs_baseline"]["p"] == pytest.approx(p)
+    # and each seed's accuracy, in % at two decimals, in seed order (the spread a mean hides)
+    per_seed = text[text.index("## Final validation accuracy (%) per seed"):]
+    table = per_seed[per_seed.index("| variant"):].split("\n\n")[0].splitlines()
+    assert table[0] == "| variant | seed 0 | seed 1 | seed 2 |"
+    assert table[2:] == [f"| {v} | " + " | ".join(f"{100 * a:.2f}" for a in accs[v]) + " |" for v in variants]
 
     older = tmp_path / "older"
     check_or_write_spec(older, spec_dict(base, variants, seeds))

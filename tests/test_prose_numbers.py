@@ -36,8 +36,11 @@ ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "docs" / "studies"
 RESULTS = ROOT / "results"
 PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consensus.md", "hijack-v2.md", "../dilution.md",
-         "zoology-anchor.md", "../heads.md", "capability-mqar.md", "capability-induction.md",
-         "capability-selective-copy.md")
+         "zoology-anchor.md", "../heads.md", "capability.md", "capability-mqar.md", "capability-induction.md",
+         "capability-selective-copy.md", "capability-noisy-recall.md", "capability-hijack-v1.md")
+# pages whose convergence, power and Holm sentences tests/test_study_prose.py recomputes phrase by phrase
+STUDY_PROSE_PAGES = ("capability.md", "capability-mqar.md", "capability-induction.md", "capability-selective-copy.md",
+                     "capability-noisy-recall.md", "capability-hijack-v1.md", "../heads.md")
 
 # results/ directories a page quotes besides those of its own RESULTS blocks: magnitude-long.md's section on the
 # capability tasks quotes the hijack sweep of the exact prefix prior (part 2) and of the low-rank one (part 3); the
@@ -46,7 +49,11 @@ PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consens
 # parts 1 and 2, whose recipe its hijack part repeats.
 EXTRA_DIRS = {"magnitude-long.md": ("hijack-mixed-2", "hijack-mixed-3"),
               "../dilution.md": ("hijack-v2-1", "hijack-v2-1-h100", "hijack-v2-5"),  # it quotes the hijack study
-              "../heads.md": ("recall-noisy-recall-3", "hijack-mixed-1", "hijack-mixed-2")}
+              "../heads.md": ("recall-noisy-recall-3", "hijack-mixed-1", "hijack-mixed-2"),
+              # the summary page quotes each task's page; its hijack numbers are test_study_prose.py's
+              "capability.md": tuple(f"recall-{task}-{part}" for task in ("mqar", "noisy-recall") for part in (1, 2, 3)),
+              # noisy recall compares its variants with their mqar runs (the same forms without the noise token)
+              "capability-noisy-recall.md": ("recall-mqar-1", "recall-mqar-2")}
 
 
 generate = docs_generate()
@@ -226,6 +233,19 @@ def _accuracies(name: str, variant: str) -> list[float]:
     return [100 * s["final_val_accuracy"] for s in _summaries(name, variant)]
 
 
+def _last_eval(name: str, variant: str, seed: int, key: str) -> float:
+    """``key`` (an accuracy) at a run's last evaluation, in %."""
+    evals = _evals(name, variant, seed, key)
+    return 100 * evals[max(evals)]
+
+
+def _softmax_noisy(at) -> list[float]:
+    """The validation accuracies (%) of standard, mqa, rbf and mask-renormalize on noisy recall part 1, every seed,
+    at the evaluation steps ``at`` accepts."""
+    return [100 * acc for v in ("standard", "mqa", "rbf", "mask-renormalize") for seed in range(3)
+            for step, acc in _evals("recall-noisy-recall-1", v, seed, "val_accuracy").items() if at(step)]
+
+
 def _added_seeds_minutes() -> tuple[int, str]:
     """The runs of the boneless comparison's seeds 3 and 4 trained in it (not copied from dilution-lm-1), and the
     range of their wall times in minutes (summary.json)."""
@@ -321,6 +341,43 @@ def _zoology_jump() -> str:
 
 
 RECOMPUTED = {
+    "capability.md": {
+        # a mean of 100.00 could hide a seed at 99.99: every seed of standard on the three mqar parts
+        "`standard` recalls 100.00% in all three seeds": lambda: "`standard` recalls {:.2f}% in all three seeds".format(
+            min(a for part in (1, 2, 3) for a in _accuracies(f"recall-mqar-{part}", "standard"))),
+        # the value gates' seeds on noisy recall part 1 (causal/prefix x clamp/linear), the crossed seed apart
+        "end at 35-39% (but one `magnitude-prefix` seed, which crossed at the end: 83.83%)":
+            lambda: "end at {:.0f}-{:.0f}% (but one `magnitude-prefix` seed, which crossed at the end: {:.2f}%)".format(
+                *(lambda a: (min(a[:-1]), max(a[:-1]), a[-1]))(sorted(
+                    acc for part, v in ((1, "magnitude-causal"), (1, "magnitude-causal-linear"), (1, "magnitude-prefix"),
+                                        (2, "magnitude-prefix-linear"))
+                    for acc in _accuracies(f"recall-noisy-recall-{part}", v)))),
+    },
+    "capability-hijack-v1.md": {
+        # hijack part 2: the one seed of magnitude-prefix-linear that had not learned the task, and its seed 0's sweep
+        "seed 2 ended at 79.9% on the validation sequences (loss 0.456;":
+            lambda: "seed 2 ended at {:.1f}% on the validation sequences (loss {:.3f};".format(
+                _accuracies("hijack-2", "magnitude-prefix-linear")[2], _finals("hijack-2", "magnitude-prefix-linear")[2]),
+        "64.1%, 66.4%, 59.0% in seed 0": lambda: "{:.1f}%, {:.1f}%, {:.1f}% in seed 0".format(
+            *(_last_eval("hijack-2", "magnitude-prefix-linear", 0, f"hijack/m{m}/accuracy") for m in (4, 16, 64))),
+        # the mixed protocol's part 2: final validation accuracy (means) and the linear gate's seed far behind
+        "(final validation accuracy 99.9% against 95.5%;": lambda: "(final validation accuracy {:.1f}% against {:.1f}%;".format(
+            *(statistics.mean(_accuracies("hijack-mixed-2", v)) for v in ("magnitude-prefix-logits", "standard"))),
+        "one seed far behind: 13.7% at m = 64, 82.3% validation accuracy":
+            lambda: "one seed far behind: {:.1f}% at m = 64, {:.1f}% validation accuracy".format(
+                _last_eval("hijack-mixed-2", "magnitude-prefix-linear", 2, "hijack/m64/accuracy"),
+                _accuracies("hijack-mixed-2", "magnitude-prefix-linear")[2]),
+        "the low-rank causal layer costs 1.25-1.45x SDPA at T = 1024-4096":
+            lambda: "the low-rank causal layer costs {}x SDPA at T = 1024-4096".format(
+                _span([_cpu("lowrank-causal", t)["fwd_bwd_ratio"] for t in (1024, 2048, 4096)], ".2f")),
+    },
+    "capability-noisy-recall.md": {
+        # every seed of the four softmax variants at step 500 and the smallest at the later evaluations
+        "are at 99.94-100.00% at step 500 and at 100.00% from step 750 in all three seeds":
+            lambda: "are at {}% at step 500 and at {:.2f}% from step 750 in all three seeds".format(
+                _span(_softmax_noisy(lambda step: step == 500), ".2f"),
+                min(_softmax_noisy(lambda step: step >= 750))),
+    },
     "capability-mqar.md": {
         "(66.9% at step 750, 96.6% at step 1000)": lambda: "({:.1f}% at step 750, {:.1f}% at step 1000)".format(
             *(100 * _val("recall-mqar-1", "magnitude-prefix", step, "val_accuracy") for step in (750, 1000))),
@@ -493,6 +550,8 @@ RECOMPUTED = {
 NOT_MEASURED = {
     "capability-mqar.md": {"chance 1/12 = 8.33%": "1 / n_values, the task's chance level",
                            "(3,072 answers)": "512 validation sequences x 6 queried keys, a setting"},
+    "capability-noisy-recall.md": {"chance 1/12 = 8.33%": "1 / n_values, the task's chance level"},
+    "capability-hijack-v1.md": {"was not learned within 2,000 steps": "the calibration run's budget, a setting"},
     "capability-selective-copy.md": {"chance 1/16 = 6.25%": "1 / the number of symbols, the task's chance level"},
     "../heads.md": {"(chance is 8.33%)": "1 / n_values of the mqar recipe (12 values), the task's chance level",
                     "(log 2 = 0.693 is the largest": "the largest Jensen-Shannon divergence, in nats: a bound"},
@@ -515,6 +574,10 @@ NOT_SHIPPED = {
         "that benchmark now gives 2.37x and 5.48x": "a CPU run of benchmarks/attention_layer.py; no JSON in results/",
         "(global 2.1x at load average 3)": "a CPU run of benchmarks/magnitude.py on a loaded machine; not saved",
     },
+    "capability-hijack-v1.md": {
+        "2.27x standard's forward+backward time for `magnitude-causal` and 4.77x": "docs/speed.md's hand-written "
+        "table, a CPU run of benchmarks/attention_layer.py; no JSON in results/",
+    },
     "boneless.md": {
         "unigram 3.344": "attnlab ngram on the Shakespeare text (getting-started.md's table, 3.3437); not saved",
     },
@@ -523,6 +586,43 @@ NOT_SHIPPED = {
                                                                         "run; only the idle run is saved",
     },
 }
+
+
+class _Recording(str):
+    """A page's text that records every phrase a test finds in it (``phrase in page``)."""
+
+    def __new__(cls, text: str, seen: set):
+        page = super().__new__(cls, text)
+        page.seen = seen
+        return page
+
+    def __contains__(self, phrase) -> bool:
+        found = super().__contains__(phrase)
+        if found:
+            self.seen.add(phrase)
+        return found
+
+
+@functools.cache
+def _study_prose_phrases() -> frozenset:
+    """The phrases tests/test_study_prose.py recomputes from results/ and finds on the capability and head
+    pages: its tests are run here with their page texts recording what they look for. A number inside one of
+    these phrases is recomputed there (its one home); a failing test there fails here as well."""
+    import test_study_prose as study
+
+    seen: set = set()
+    pages = ("CAPABILITY", "HEADS", "NOISY_RECALL")
+    saved = {name: getattr(study, name) for name in pages}
+    try:
+        for name in pages:
+            setattr(study, name, _Recording(saved[name], seen))
+        for name, test in vars(study).items():
+            if name.startswith("test_") and callable(test):
+                test()
+    finally:
+        for name in pages:
+            setattr(study, name, saved[name])
+    return frozenset(seen)
 
 
 def test_the_rules_catch_measured_numbers_and_skip_settings():
@@ -548,6 +648,9 @@ def test_every_measured_number_in_the_prose_is_recomputed_from_results(page):
         starts = [m.start() for m in re.finditer(re.escape(phrase), flat)]
         assert starts, f"{page} no longer says {phrase!r}: correct the page to it, or drop or update the entry"
         covered += [(s, s + len(phrase)) for s in starts]
+    if page in STUDY_PROSE_PAGES:  # and the phrases test_study_prose.py recomputes on it
+        for phrase in _study_prose_phrases():
+            covered += [(m.start(), m.end()) for m in re.finditer(re.escape(_flat(phrase)), flat)]
     tables, blocks = _sources(page)
     unverified = [f"{number} in ...{flat[max(0, start - 60):end + 20]}..."
                   for number, kind, start, end in measured_numbers(masked)

@@ -207,6 +207,7 @@ def _run_row(r: RunRecord) -> dict:
         "seed": r.seed,
         "status": r.status,
         "final_val_loss": r.final_val_loss,
+        "final_val_accuracy": r.final_val_accuracy,
         "best_val_loss": s.get("best_val_loss") if _finite(s.get("best_val_loss")) else None,
         "steps": s.get("steps"),
         "tokens_seen": s.get("tokens_seen"),
@@ -369,15 +370,25 @@ def _problem_runs(results: dict) -> list[str]:
     return lines
 
 
-def _seed_table(results: dict) -> list[str]:
+def _seed_table(results: dict, key: str = "final_val_loss", scale: float = 1.0, fmt: str = ".4f") -> list[str]:
+    """One row per variant, one column per seed: ``key`` of each finished run (times ``scale``), else its status."""
     seeds = results["settings"]["seeds"]
     lines = ["| variant | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---" * (len(seeds) + 1) + "|"]
     for row in results["variants"]:
-        cells = [
-            _num(r["final_val_loss"], ".4f") if r["status"] == "finished" else r["status"] for r in row["runs"]
-        ]
+        values = [r.get(key) for r in row["runs"]]
+        cells = [_num(None if v is None else scale * v, fmt) if r["status"] == "finished" else r["status"]
+                 for r, v in zip(row["runs"], values)]
         lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
     return lines
+
+
+def _seed_accuracy_table(results: dict, heading: str) -> list[str]:
+    """The final validation accuracy of each run, in %, where the runs logged one: on a task the spread between
+    seeds (a plateau in one, a transition in another) is what the mean hides."""
+    if not any(r.get("final_val_accuracy") is not None for row in results["variants"] for r in row["runs"]):
+        return []
+    return [f"{heading} Final validation accuracy (%) per seed", "",
+            *_seed_table(results, "final_val_accuracy", 100.0, ".2f"), ""]
 
 
 CURVE_COLUMNS = 6  # the during-training table shows at most this many evaluation steps
@@ -493,7 +504,7 @@ def results_tables(results: dict, heading: str = "##") -> str:
                *(convergence_table(results["convergence"], heading) if results.get("convergence") else [])]
     return "\n".join([*verdict, *_table(results), "", *_accuracy_table(results, heading), *hijack,
                       f"{heading} Final validation loss per seed", "", *_seed_table(results),
-                      "", *_curve_table(results, heading), *_curve_table(results, heading, "val_accuracy_curve"),
+                      "", *_seed_accuracy_table(results, heading), *_curve_table(results, heading), *_curve_table(results, heading, "val_accuracy_curve"),
                       *_diagnostics_tables(results, heading)]).rstrip("\n") + "\n"
 
 
@@ -581,7 +592,10 @@ def write_report(out_dir) -> Path:
     results, records = read_results(out_dir)
     write_text(out_dir / RESULTS_FILE, json.dumps(results, indent=2, allow_nan=False) + "\n")
     variants = [row["variant"] for row in results["variants"]]
-    key = inputs_key(results, [(r.variant, r.seed, r.status, r.usable, r.not_converged, r.summary.get("stop_at"),
+    # the plots' inputs: the results but each run's final accuracy (no plot draws it; the accuracy curves end at it)
+    drawn_results = {**results, "variants": [{**row, "runs": [{k: v for k, v in run.items() if k != "final_val_accuracy"}
+                                                              for run in row["runs"]]} for row in results["variants"]]}
+    key = inputs_key(drawn_results, [(r.variant, r.seed, r.status, r.usable, r.not_converged, r.summary.get("stop_at"),
                                 sorted(r.curve.items()), sorted(r.accuracy_curve.items())) for r in records],
                      drawn_by=(plots, hijack_report.plot_hijack, hijack_report.band_line))
     drawn = {CURVES_FILE: plot_loss_curves(records, variants, out_dir / CURVES_FILE, key),
