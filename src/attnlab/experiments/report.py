@@ -510,7 +510,7 @@ def results_tables(results: dict, heading: str = "##") -> str:
 
 def render_markdown(results: dict, curves_file: str | None = CURVES_FILE,
                     accuracy_curves_file: str | None = None, delta_file: str | None = None) -> str:
-    """report.md: results table, per-seed losses, weight and gate diagnostics, settings, notes, runs left out,
+    """report.md: results table, per-seed losses and accuracies, weight and gate diagnostics, settings, notes, runs left out,
     the loss-curve plot, the loss-minus-baseline plot and the accuracy curves (each when it was written)."""
     parts = ["# Attention variant comparison", "", results_tables(results), "## Settings", "",
              *_settings_lines(results), "", "## Notes", "", *_notes(results)]
