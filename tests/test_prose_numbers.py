@@ -1,5 +1,6 @@
 """Every measured number in the prose of the study pages (magnitude, boneless, magnitude-long, rank, consensus,
-hijack-v2, zoology-anchor) and of the dilution page is recomputed from results/.
+hijack-v2, zoology-anchor, the capability pages) and of the dilution, head-recombination, getting-started and claims
+pages is recomputed from results/ (or, for a deterministic computation, by running it).
 
 The prose of a page is its text outside the generated blocks (``<!-- NAME:BEGIN -->`` ... ``<!-- NAME:END -->``
 with a name docs/generate.py writes; the hand-written ``MAGNITUDE-TEXT`` and ``BONELESS-TEXT`` blocks are prose),
@@ -18,13 +19,16 @@ Each measured number must stand (a) in what ``attnlab report`` computes from the
 on (``results_tables`` of the directories of its ``RESULTS`` blocks and of ``EXTRA_DIRS``), or (b) in the page's own
 generated blocks (tests/test_docs.py checks those against results/), or (c) inside a phrase of ``RECOMPUTED``,
 whose function rebuilds the phrase from the raw files under results/ (metrics.jsonl, summary.json, results.json,
-benchmark JSON) at the page's precision. ``NOT_MEASURED`` lists the few numbers the rules catch that are not
+benchmark JSON) at the page's precision, or by running a deterministic computation (``attnlab verify``'s checks,
+``attnlab ngram``'s counts), or (d) on a capability or head page, inside a phrase tests/test_study_prose.py recomputes
+there. ``NOT_MEASURED`` lists the few numbers the rules catch that are not
 measurements; ``NOT_SHIPPED`` the measurements whose raw output results/ does not hold, so that no test can
 recompute them: each entry says why, and every entry of the three lists must still stand on its page.
 """
 
 import functools
 import json
+import math
 import re
 import statistics
 from pathlib import Path
@@ -38,7 +42,7 @@ RESULTS = ROOT / "results"
 PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consensus.md", "hijack-v2.md", "../dilution.md",
          "zoology-anchor.md", "../heads.md", "capability.md", "capability-mqar.md", "capability-induction.md",
          "capability-selective-copy.md", "capability-noisy-recall.md", "capability-hijack-v1.md",
-         "../getting-started.md")
+         "../getting-started.md", "../claims.md")
 # pages whose convergence, power and Holm sentences tests/test_study_prose.py recomputes phrase by phrase
 STUDY_PROSE_PAGES = ("capability.md", "capability-mqar.md", "capability-induction.md", "capability-selective-copy.md",
                      "capability-noisy-recall.md", "capability-hijack-v1.md", "../heads.md")
@@ -234,6 +238,35 @@ def _accuracies(name: str, variant: str) -> list[float]:
     return [100 * s["final_val_accuracy"] for s in _summaries(name, variant)]
 
 
+def _verify(check: str) -> dict:
+    """One of attnlab verify's magnitude checks, run (it returns measured, details and a note)."""
+    import attnlab.verify.magnitude as checks
+
+    return getattr(checks, check)()
+
+
+def _cg_errors() -> dict:
+    """{key family: {"magnitude": error of |X|, "mu": error of mu}} after 5 CG iterations."""
+    return _verify("cg_5_iterations")["details"]["errors"]
+
+
+def _gate_units(form: str) -> tuple[float, float, float, float]:
+    """The 50-clone cluster under a gate: its value mass in units, its mass, the unique key's, and their ratio."""
+    import attnlab.verify.magnitude as checks
+
+    r = checks._cluster_units(form)
+    d = r["details"]
+    return r["measured"], d["cluster"], d["unique"], d["cluster"] / d["unique"]
+
+
+def _softmax_hijack() -> float:
+    """The cluster's share over the unique key's under softmax alone (the write-up's 50/70 against 20/70)."""
+    import attnlab.verify.magnitude as checks
+
+    h = checks._hijacking()["softmax"]
+    return h["cluster"] / h["unique"]
+
+
 @functools.cache
 def _ngram(alpha: float = 0.01, *orders: int) -> dict:
     """``attnlab ngram``'s reference losses for the cpu preset (a deterministic count, recomputed here)."""
@@ -362,6 +395,26 @@ RECOMPUTED = {
                     acc for part, v in ((1, "magnitude-causal"), (1, "magnitude-causal-linear"), (1, "magnitude-prefix"),
                                         (2, "magnitude-prefix-linear"))
                     for acc in _accuracies(f"recall-noisy-recall-{part}", v)))),
+    },
+    "../claims.md": {
+        # attnlab verify's own measurements (attnlab.verify.magnitude), recomputed: CG after 5 iterations ...
+        "Well-conditioned keys meet this bound: 0.19% for iid keys at t = 1":
+            lambda: "Well-conditioned keys meet this bound: {:.2f}% for iid keys at t = 1".format(
+                100 * _cg_errors()["iid t=1"]["magnitude"]),
+        "The error in mu is 41% and 98% there, and still 5.4% at t = 1":
+            lambda: "The error in mu is {:.0f}% and {:.0f}% there, and still {:.1f}% at t = 1".format(
+                *(100 * _cg_errors()[k]["mu"] for k in ("iid t=0.1", "rank-4 t=1", "iid t=1"))),
+        # ... the hijacking example's value mass under the sigmoid, clamp and linear gates ...
+        "keeps sigmoid(0.02) = 0.505, so the cluster carries 25.25 units. Its value mass is 0.361 against the unique "
+        "key's 0.209: the cluster still outweighs the unique key (1.73x; softmax alone gives 2.5x)":
+            lambda: "keeps sigmoid(0.02) = {:.3f}, so the cluster carries {:.2f} units. Its value mass is {:.3f} against "
+                    "the unique key's {:.3f}: the cluster still outweighs the unique key ({:.2f}x; softmax alone gives "
+                    "{:.1f}x)".format(1 / (1 + math.exp(-0.02)), *_gate_units("sigmoid"), _softmax_hijack()),
+        "gate (clamp) gives the same 0.361 here": lambda: f"gate (clamp) gives the same {_gate_units('clamp')[1]:.3f} here",
+        "reproduces it: 0.99998 = N/(N + eps) units": lambda: f"reproduces it: {_gate_units('linear')[0]:.5f} = N/(N + eps) units",
+        # ... and the additivity gap at centre distance 4
+        "At distance 4 the gap is still 7.5%": lambda: "At distance 4 the gap is still {:.1f}%".format(
+            100 * _verify("additivity_finite")["measured"]),
     },
     "../getting-started.md": {
         # the standard model's mean final validation loss on the boneless (1000 steps) and magnitude (2200) grids
