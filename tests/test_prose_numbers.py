@@ -42,7 +42,7 @@ RESULTS = ROOT / "results"
 PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consensus.md", "hijack-v2.md", "../dilution.md",
          "zoology-anchor.md", "../heads.md", "capability.md", "capability-mqar.md", "capability-induction.md",
          "capability-selective-copy.md", "capability-noisy-recall.md", "capability-hijack-v1.md",
-         "../getting-started.md", "../claims.md")
+         "../getting-started.md", "../claims.md", "../tasks.md")
 # pages whose convergence, power and Holm sentences tests/test_study_prose.py recomputes phrase by phrase
 STUDY_PROSE_PAGES = ("capability.md", "capability-mqar.md", "capability-induction.md", "capability-selective-copy.md",
                      "capability-noisy-recall.md", "capability-hijack-v1.md", "../heads.md")
@@ -625,6 +625,17 @@ NOT_MEASURED = {
                            "(3,072 answers)": "512 validation sequences x 6 queried keys, a setting"},
     "capability-noisy-recall.md": {"chance 1/12 = 8.33%": "1 / n_values, the task's chance level"},
     "capability-hijack-v1.md": {"was not learned within 2,000 steps": "the calibration run's budget, a setting"},
+    "../tasks.md": {
+        "with a vocabulary of 8,192": "the paper's vocabulary, a setting",
+        "within the paper's budget of 12,500 steps": "the paper's budget, a setting",
+        "AdamW (0.9, 0.999)": "the optimiser's betas, a setting",
+        "a fixed set of 100,000 sequences": "the paper's training set size, a setting",
+        "one step at a vocabulary of 8,192": "the vocabulary of the timed step, a setting",
+        "needs a recipe that learns within about 1,500 steps": "a requirement derived from the step cost, a budget",
+        "also with a 3,000-step schedule": "a learning-rate schedule's length, a setting",
+        "within the recall budget (1,000 steps)": "the recall experiment's max_steps, a setting",
+        "On 20,000 generated sequences": "the sample size of the frequency-rule count, a setting",
+    },
     "capability-selective-copy.md": {"chance 1/16 = 6.25%": "1 / the number of symbols, the task's chance level"},
     "../heads.md": {"(chance is 8.33%)": "1 / n_values of the mqar recipe (12 values), the task's chance level",
                     "(log 2 = 0.693 is the largest": "the largest Jensen-Shannon divergence, in nats: a bound"},
@@ -650,6 +661,29 @@ NOT_SHIPPED = {
     "capability-hijack-v1.md": {
         "2.27x standard's forward+backward time for `magnitude-causal` and 4.77x": "docs/speed.md's hand-written "
         "table, a CPU run of benchmarks/attention_layer.py; no JSON in results/",
+    },
+    # the calibration runs that chose the task recipes (docs/tasks.md says their logs are not shipped)
+    "../tasks.md": {
+        "for 4,000 steps and more": "a calibration run of hijack with one query; logs not shipped",
+        "the recall was learned between steps 1,500 and 2,000": "a calibration run of hijack at T = 23; not shipped",
+        "learned between steps 1,500 and 2,000 at batch 128": "the same calibration run, quoted again; not shipped",
+        "`standard` learns the task (86.8%": "a calibration run of hijack-v2; not shipped",
+        "took 5.3 s (3,086 tokens/s": "one timed step at Zoology's vocabulary on the CPU; not saved",
+        "was learned by step 250 (86.7%)": "a calibration run of the fused hijack task (its table row); not shipped",
+        "(after 2,000 steps at lr 1e-3 in seed 0, not within 3,000 at lr 2e-3)": "calibration runs of noisy-recall "
+                                                                                 "(the table's rows); not shipped",
+        "that rule scores 45.1% with 4 pairs, 36.6% with 6 pairs and 26.5% at the defaults":
+            "a count over 20,000 generated sequences; tests/test_tasks.py checks the first two within 4.5 standard "
+            "errors on 3,000",
+        "a second plateau near 42% through step 1,500": "a calibration run of the balanced stream; not shipped",
+        "sits near 49% for 2,000 steps": "calibration runs of the bindings-first stream; not shipped",
+        "does not reach within 2,000-3,000 steps": "the calibration runs above; not shipped",
+        "(93% at step 1,500)": "a calibration run at width 256; not shipped",
+        "(47.7-49.6% through step 1,750)": "calibration runs at width 256; not shipped",
+        "(seed 0 of the stream layout at step 2,250 at batch 128 and 1,750 at batch 256)": "calibration runs; not "
+                                                                                           "shipped",
+        "(85.9% at step 2,000)": "a calibration run with 3 noise tokens; not shipped",
+        "had left the plateau by step 1,250": "calibration runs with 1-4 noise tokens; not shipped",
     },
     "../getting-started.md": {
         "validation loss **1.551** nats/char": "one `attnlab train --preset cpu` run (seed 1337); its run directory "
