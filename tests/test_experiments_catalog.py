@@ -273,3 +273,18 @@ def test_the_dilution_parts_on_the_language_model_share_one_grid_and_cover_every
     assert len(trained) == len(set(trained)), "a variant is trained in two parts"
     assert {"qk-norm", "count-prior", "magnitude-prefix-logits", "magnitude-prefix-logits-lowrank"} <= set(trained)
     assert {v for v in variants() if family(v) == "dilution"} <= set(trained)
+
+
+def test_the_gates_reruns_to_a_threshold_reuse_their_baselines_runs():
+    """noisy-gates-1/-2 and mqar-gates-1/-2 rerun the four magnitude value gates to a threshold with exactly the
+    settings of the dilution part whose standard runs they reuse (copied into the run directory, so compare skips
+    them): the same base config, standard first, 5 seeds, a primary metric and a stop rule."""
+    gates = {"magnitude-causal", "magnitude-prefix", "magnitude-causal-linear", "magnitude-prefix-linear"}
+    for prefix, source in (("noisy-gates", "dilution-noisy-1"), ("mqar-gates", "dilution-mqar-1")):
+        base = load_experiment(source)
+        parts = [load_experiment(f"{prefix}-{n}") for n in (1, 2)]
+        assert {v for p in parts for v in p.variants} == gates | {"standard"}
+        for part in parts:
+            assert part.base_config() == base.base_config() and part.variants[0] == "standard" == base.variants[0]
+            assert part.seeds == base.seeds == [0, 1, 2, 3, 4] and part.primary == "val_accuracy"
+            assert part.base_config().train.stop_at == "val_accuracy >= 0.99"
