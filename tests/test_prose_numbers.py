@@ -1,6 +1,6 @@
 """Every measured number in the prose of the study pages (magnitude, boneless, magnitude-long, rank, consensus,
-hijack-v2, zoology-anchor, the capability pages) and of the dilution, head-recombination, getting-started and claims
-pages is recomputed from results/ (or, for a deterministic computation, by running it).
+hijack-v2, zoology-anchor, the capability pages) and of the dilution, head-recombination, getting-started, claims,
+tasks and speed pages is recomputed from results/ (or, for a deterministic computation, by running it).
 
 The prose of a page is its text outside the generated blocks (``<!-- NAME:BEGIN -->`` ... ``<!-- NAME:END -->``
 with a name docs/generate.py writes; the hand-written ``MAGNITUDE-TEXT`` and ``BONELESS-TEXT`` blocks are prose),
@@ -42,7 +42,7 @@ RESULTS = ROOT / "results"
 PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consensus.md", "hijack-v2.md", "../dilution.md",
          "zoology-anchor.md", "../heads.md", "capability.md", "capability-mqar.md", "capability-induction.md",
          "capability-selective-copy.md", "capability-noisy-recall.md", "capability-hijack-v1.md",
-         "../getting-started.md", "../claims.md", "../tasks.md")
+         "../getting-started.md", "../claims.md", "../tasks.md", "../speed.md")
 # pages whose convergence, power and Holm sentences tests/test_study_prose.py recomputes phrase by phrase
 STUDY_PROSE_PAGES = ("capability.md", "capability-mqar.md", "capability-induction.md", "capability-selective-copy.md",
                      "capability-noisy-recall.md", "capability-hijack-v1.md", "../heads.md")
@@ -383,6 +383,76 @@ def _zoology_jump() -> str:
         *(100 * acc[t] for t in (1250, 1500, 2000)))
 
 
+CUDA = RESULTS / "benchmarks" / "cuda"
+LOWRANK, LOG_PRIOR = "kernels_lowrank", "kernels_lowrank_log_prior"  # the low-rank kernels now and before one exp
+
+
+def _kernel_route(t: int, route: str, stem: str = LOWRANK) -> dict:
+    """A route's row (ms, ratio to SDPA flash, peak MiB, or an error) at T = ``t`` of a saved
+    ``benchmarks/kernels.py --families lowrank`` run (results/benchmarks/cuda/<stem>.json)."""
+    rows = json.loads((CUDA / f"{stem}.json").read_text())["lowrank"]
+    return next(r for r in rows if r["T"] == t)["routes"][route]
+
+
+def _over_kernel(route: str, t: int = 4096) -> float:
+    """A route's time over the low-rank prior kernel's (kernels_lowrank.json)."""
+    return _kernel_route(t, route)["ms"] / _kernel_route(t, "kernel")["ms"]
+
+
+def _lowrank_fastest() -> str:
+    """The low-rank kernel against the dense float mask and the PyTorch block path at T = 4096."""
+    oom = "OutOfMemoryError" in _kernel_route(8192, "sdpa_float_mask").get("error", "")
+    return ("at T = 4096 {:.1f}x faster than the dense float mask (which takes {:,.0f} MiB there and runs {} at 8192) "
+            "and {:.1f}x faster than the PyTorch block path").format(
+        _over_kernel("sdpa_float_mask"), _kernel_route(4096, "sdpa_float_mask")["peak_mib"],
+        "out of memory" if oom else "(not out of memory)", _over_kernel("prefix_blocks"))
+
+
+def _layer(stem: str, variant: str) -> dict:
+    """A variant's row of a saved benchmarks/attention_layer.py run (results/benchmarks/cuda/<stem>.json)."""
+    return next(r for r in json.loads((CUDA / f"{stem}.json").read_text())["results"] if r["variant"] == variant)
+
+
+def _ncu(report: str, kernel: str, metric: str) -> float:
+    """A metric of one kernel in a saved Nsight Compute report (results/benchmarks/cuda/ncu_lowrank_<report>.txt)."""
+    text = (CUDA / f"ncu_lowrank_{report}.txt").read_text()
+    part = next(s for s in re.split(r"^  (?=\w+ \(\d+, \d+, \d+\)x)", text, flags=re.M) if s.startswith(f"{kernel} ("))
+    return float(re.search(rf"^ +{re.escape(metric)} +(?:\S+ +)?([\d,.]+) *$", part, re.M).group(1).replace(",", ""))
+
+
+def _ncu_backward(metric: str, fmt: str) -> str:
+    """A metric both backward kernels share, as the page prints it (both values where they differ)."""
+    return " and ".join(sorted({format(_ncu("backward", k, metric), fmt) for k in ("_dkdv_kernel", "_dq_kernel")}))
+
+
+def _ncu_forward(metric: str) -> float:
+    return _ncu("forward", "_forward_kernel", metric)
+
+
+def _bench_json(name: str) -> dict:
+    """A saved CPU benchmark (results/benchmarks/<name>.json)."""
+    return json.loads((RESULTS / "benchmarks" / f"{name}.json").read_text())
+
+
+def _speedup(variant: str, tokens: int) -> float:
+    """The cached decoding's speed-up over recomputing the prefix (benchmarks/generate.py, generate.json)."""
+    rows = _bench_json("generate")["rows"]
+    return next(r["speedup"] for r in rows if r["variant"] == variant and r["tokens"] == tokens)
+
+
+def _blocks_share(key: str, t: int, *block: int) -> float:
+    """The block form's fwd+bwd time or peak memory (``key``) over the explicit path's, in the H200's --long run
+    (no ``block``: blocks of 256) or in its sweep of the block."""
+    if not block:
+        return _gpu("lowrank-prefix", t)[key] / _gpu("lowrank-prefix-explicit", t)[key]
+    return _gpu_sweep("lowrank-prefix", t, *block)[key] / _gpu_sweep("lowrank-prefix-explicit", t)[key]
+
+
+def _gpu_summary(run: str) -> dict:
+    """The summary.json of a training run on the GPU (results/benchmarks/cuda/<run>_summary.json)."""
+    return json.loads((CUDA / f"{run}_summary.json").read_text())
+
+
 RECOMPUTED = {
     "capability.md": {
         # a mean of 100.00 could hide a seed at 99.99: every seed of standard on the three mqar parts
@@ -617,6 +687,117 @@ RECOMPUTED = {
             lambda: f"{_colours_cosine()['consensus'].colors} colours, MSE {_colours_cosine()['consensus'].mse:.4f}, "
                     f"against {_colours_cosine()['kmeans'].mse:.4f} for k-means",
     },
+    "../speed.md": {
+        # the low-rank kernels before one exp per score (on the (64, 32) backward tiles, and the 64 x 64 of then),
+        # against today's
+        "cost 2.17x, 4.17x and 4.60x on an H100 in an earlier call":
+            lambda: "cost {:.2f}x, {:.2f}x and {:.2f}x on an H100 in an earlier call".format(
+                *(_kernel_route(t, "kernel_bwd_64x32", LOG_PRIOR)["ratio"] for t in (1024, 4096, 8192))),
+        "7.52 against 4.94 ms at T = 4096, with SDPA flash at 1.80 and 1.86 ms in the two calls":
+            lambda: "{:.2f} against {:.2f} ms at T = 4096, with SDPA flash at {:.2f} and {:.2f} ms in the two "
+                    "calls".format(*(_kernel_route(4096, route, stem)["ms"] for route, stem in (
+                        ("kernel_bwd_64x32", LOG_PRIOR), ("kernel", LOWRANK), ("sdpa_flash", LOG_PRIOR),
+                        ("sdpa_flash", LOWRANK)))),
+        "at T = 4096 11.9x faster than the dense float mask (which takes 20,064 MiB there and runs out of memory at "
+        "8192) and 17.3x faster than the PyTorch block path": _lowrank_fastest,
+        "The value-gate kernel costs 3.24x at T = 4096, 1.22x the prior's kernel":
+            lambda: "The value-gate kernel costs {:.2f}x at T = 4096, {:.2f}x the prior's kernel".format(
+                _kernel_route(4096, "gate_kernel")["ratio"], _over_kernel("gate_kernel")),
+        "(4.17x at (64, 32) against 6.44x at 64 x 64)":
+            lambda: "({:.2f}x at (64, 32) against {:.2f}x at 64 x 64)".format(
+                *(_kernel_route(4096, route, LOG_PRIOR)["ratio"] for route in ("kernel_bwd_64x32", "kernel"))),
+        "the kernel went from 4.17x to 2.65x SDPA flash at T = 4096":
+            lambda: "the kernel went from {:.2f}x to {:.2f}x SDPA flash at T = 4096".format(
+                _kernel_route(4096, "kernel_bwd_64x32", LOG_PRIOR)["ratio"], _kernel_route(4096, "kernel")["ratio"]),
+        # Nsight Compute's reports of one call at T = 4096 (64 x 64 backward tiles)
+        "the dK/dV kernel took 6.05 ms and the dq kernel 5.56 ms against the forward's 2.15 ms":
+            lambda: "the dK/dV kernel took {:.2f} ms and the dq kernel {:.2f} ms against the forward's {:.2f} "
+                    "ms".format(*(_ncu("backward", k, "Duration") for k in ("_dkdv_kernel", "_dq_kernel")),
+                                _ncu_forward("Duration")),
+        "Both backward kernels use 255 registers per thread and spill: 43,044,864 local-memory spill requests in the "
+        "dK/dV kernel, 2,119,680 in the dq kernel; their achieved occupancy is 6.3% and their compute (SM) throughput "
+        "29%": lambda: "Both backward kernels use {} registers per thread and spill: {:,.0f} local-memory spill "
+                       "requests in the dK/dV kernel, {:,.0f} in the dq kernel; their achieved occupancy is {}% and "
+                       "their compute (SM) throughput {}%".format(
+            _ncu_backward("Registers Per Thread", ".0f"),
+            *(_ncu("backward", k, "Local Memory Spilling Requests") for k in ("_dkdv_kernel", "_dq_kernel")),
+            _ncu_backward("Achieved Occupancy", ".1f"), _ncu_backward("Compute (SM) Throughput", ".0f")),
+        "The forward uses 204 registers, does not spill, and reaches 12.2% occupancy and 50% compute throughput":
+            lambda: "The forward uses {:.0f} registers, {}, and reaches {:.1f}% occupancy and {:.0f}% compute "
+                    "throughput".format(
+                _ncu_forward("Registers Per Thread"),
+                "spills" if _ncu_forward("Local Memory Spilling Requests") else "does not spill",
+                _ncu_forward("Achieved Occupancy"), _ncu_forward("Compute (SM) Throughput")),
+        # the whole layers at T = 4096: the earlier call (the kernels before one exp per score) and today's
+        "An earlier H100 call read 4.46x and 9.27x": lambda: "An earlier H100 call read {:.2f}x and {:.2f}x".format(
+            *(_layer("attention_layer_magnitude_4096_bf16_log_prior", v)["layer_fwd_bwd_ratio"]
+              for v in ("magnitude-causal-lowrank", "magnitude-prefix-logits-lowrank"))),
+        "went from 9.76 to 14.8 ms": lambda: "went from {:.2f} to {:.1f} ms".format(
+            *(_layer(f"attention_layer_magnitude_4096_bf16{tail}", "magnitude-causal-lowrank")["layer_fwd_bwd_ms"]
+              for tail in ("_log_prior", ""))),
+        # the dilution page's table of the layers in bfloat16 (its ratio, 1.255, from the two medians)
+        "(1.25x in the same table)": lambda: "({:.2f}x in the same table)".format(
+            (lambda r: r["layer_fwd_bwd_ms"] / r["sdpa_layer_fwd_bwd_ms"])(
+                _layer("attention_layer_dilution_bf16", "ssmax"))),
+        "`import torch` took 1.052 s, and `attnlab --help` 0.038x of it, `attnlab variants` 0.064x, `attnlab tasks` "
+        "0.088x, `attnlab experiments` 0.055x":
+            lambda: "`import torch` took {:.3f} s, and `attnlab --help` {:.3f}x of it, `attnlab variants` {:.3f}x, "
+                    "`attnlab tasks` {:.3f}x, `attnlab experiments` {:.3f}x".format(
+                _bench_json("cli_startup")["reference_s"],
+                *(_bench_json("cli_startup")["commands"][f"attnlab {c}"]["ratio_to_import_torch"]
+                  for c in ("--help", "variants", "tasks", "experiments"))),
+        # the JSON keeps the speed-ups as the BENCH-GENERATE table prints them
+        "(3.64x and 11.34x against `standard`'s 4.26x and 20.8x)":
+            lambda: "({}x and {}x against `standard`'s {}x and {}x)".format(
+                *(_speedup(v, n) for v in ("mla", "standard") for n in (256, 1024))),
+        "attnlab's median step took 664.1 ms against the reference's 655.2 ms, a ratio of 1.014":
+            lambda: "attnlab's median step took {:.1f} ms against the reference's {:.1f} ms, a ratio of {:.3f}".format(
+                *(_bench_json("train_step")["median_step_ms"][k] for k in ("attnlab", "reference")),
+                _bench_json("train_step")["ratio"]),
+        "the step-0 losses are equal, 4.364376": lambda: "the step-0 losses are {}, {:.6f}".format(
+            *(lambda a, b: ("equal" if a == b else "not equal", a))(*_bench_json("train_step")["step0_loss"].values())),
+        "(batch 512, T = 64, a vocabulary of 8,192): 5556.1 ms a step with the head at every position against 675.8 ms "
+        "at the answers, a ratio of 0.122 (9 steps each":
+            lambda: (lambda b: "(batch {}, T = {}, a vocabulary of {:,}): {:.1f} ms a step with the head at every "
+                               "position against {:.1f} ms at the answers, a ratio of {:.3f} ({} steps each".format(
+                b["batch_size"], b["seq_len"], b["vocab_size"], b["median_step_ms"]["every_position"],
+                b["median_step_ms"]["answers_only"], b["ratio"], b["steps_each"]))(_bench_json("head_at_answers")),
+        # the H200's benchmarks/magnitude.py --long run, the call before it (blocks of 64) and the sweep of the block
+        "the low-rank causal form takes 8-9 ms whatever T, so its ratio to SDPA falls as T grows (2.6x at T = 4096)":
+            lambda: "the low-rank causal form takes {} ms whatever T, so its ratio to SDPA falls as T grows ({:.1f}x "
+                    "at T = 4096)".format(_span([_gpu("lowrank-causal", t)["fwd_bwd_ms"] for t in (1024, 2048, 4096)],
+                                                ".0f"), _gpu("lowrank-causal", 4096)["fwd_bwd_ratio"]),
+        "the exact forms' cubic solve shows (20x at 4096)": lambda: "the exact forms' cubic solve shows ({:.0f}x at "
+            "4096)".format(_gpu("magnitude-causal", 4096)["fwd_bwd_ratio"]),
+        "the same row gave 3.3x at T = 2048": lambda: "the same row gave {:.1f}x at T = 2048".format(
+            _bench("benchmarks", "cuda", "magnitude_long_blocks64.json")["lowrank-causal", 2048]["fwd_bwd_ratio"]),
+        "The blocks cost 1.41x / 1.25x its time at T = 1024 / 2048 with 36% / 19% of its memory":
+            lambda: "The blocks cost {:.2f}x / {:.2f}x its time at T = 1024 / 2048 with {:.0f}% / {:.0f}% of its "
+                    "memory".format(*(_blocks_share("fwd_bwd_ms", t) for t in (1024, 2048)),
+                                    *(100 * _blocks_share("peak_mb", t) for t in (1024, 2048))),
+        "the slower of the two by 2.4x at T = 1024":
+            lambda: f"the slower of the two by {_blocks_share('fwd_bwd_ms', 1024, 64):.1f}x at T = 1024",
+        "Blocks of 256 cut the block form's time by 1.8x / 2.0x / 2.7x against 64 at T = 1024 / 2048 / 4096, to "
+        "1.35x / 1.60x / 1.15x the explicit path's time at 39% / 20% / 10% of its memory; at T = 4096 the explicit "
+        "path needs 4.6 GiB":
+            lambda: "Blocks of 256 cut the block form's time by {:.1f}x / {:.1f}x / {:.1f}x against 64 at T = 1024 / "
+                    "2048 / 4096, to {:.2f}x / {:.2f}x / {:.2f}x the explicit path's time at {:.0f}% / {:.0f}% / "
+                    "{:.0f}% of its memory; at T = 4096 the explicit path needs {:.1f} GiB".format(
+                *(_blocks_share("fwd_bwd_ms", t, 64) / _blocks_share("fwd_bwd_ms", t, 256) for t in (1024, 2048, 4096)),
+                *(_blocks_share("fwd_bwd_ms", t, 256) for t in (1024, 2048, 4096)),
+                *(100 * _blocks_share("peak_mb", t, 256) for t in (1024, 2048, 4096)),
+                _gpu_sweep("lowrank-prefix-explicit", 4096)["peak_mb"] / 1024),  # MiB
+        # the H200's layer table (attention_layer_bf16.json): the low-rank prefix prior against the exact prefix forms
+        "at 6.4x the SDPA layer where the exact prefix forms cost 5.8-6.8x":
+            lambda: "at {:.1f}x the SDPA layer where the exact prefix forms cost {}x".format(
+                _gpu_layer("magnitude-prefix-logits-lowrank"),
+                _span(map(_gpu_layer, ("magnitude-prefix", "magnitude-prefix-linear", "magnitude-prefix-logits")),
+                      ".1f")),
+        "`gpt2-small` trains at 1.28x the eager tokens/s (51% MFU against 37%)":
+            lambda: "`gpt2-small` trains at {:.2f}x the eager tokens/s ({:.0f}% MFU against {:.0f}%)".format(
+                _gpu_summary("gpt2-small-compiled")["tokens_per_s"] / _gpu_summary("gpt2-small")["tokens_per_s"],
+                *(100 * _gpu_summary(r)["mfu"] for r in ("gpt2-small-compiled", "gpt2-small"))),
+    },
 }
 
 # {page: {phrase: why its number is not a measurement}}
@@ -648,6 +829,8 @@ NOT_MEASURED = {
     "consensus.md": {"clusters under 0.5% of the sample are dropped": "the palette's drop threshold, a setting"},
     # an estimate of the budget still to run, not something measured
     "magnitude-long.md": {"about 10,000 steps": "a proposed budget, not a measurement"},
+    "../speed.md": {"The target is at most 1.3x SDPA flash at T = 4096": "the per-key kernel's target, a goal",
+                    "at a vocabulary of 8,192 the head is most of a step": "Zoology's vocabulary, a setting"},
 }
 
 # {page: {phrase: where the measurement came from}}: measurements whose raw output results/ does not ship, so that
@@ -694,6 +877,15 @@ NOT_SHIPPED = {
     "magnitude-long.md": {
         "an earlier run with the test suite beside it measured 1.53x": "an earlier benchmarks/magnitude.py --long "
                                                                         "run; only the idle run is saved",
+    },
+    "../speed.md": {
+        "(0.94x / 0.98x in this run, 0.99x / 0.98x in an earlier one with 10 repeats": "the hand-written CPU table "
+        "(a run of benchmarks/attention_layer.py) and an earlier run; no JSON in results/",
+        "the same table read 1.70x, 1.15x and 1.14x with the prior and 1.50x, 1.03x and 1.02x without":
+            "benchmarks/kernels.py on the first kernels; its kernels.json was replaced (git history only)",
+        "and 1.018 in a second run": "a rerun of benchmarks/train_step.py; not saved",
+        "gave 0.952, and earlier runs measured 1.026 (twice), 0.988 and 0.960": "other runs of "
+        "benchmarks/train_step.py; only the first run's JSON is in results/ (the two 1.026 in git history)",
     },
 }
 
