@@ -42,7 +42,8 @@ RESULTS = ROOT / "results"
 PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consensus.md", "hijack-v2.md", "../dilution.md",
          "zoology-anchor.md", "../heads.md", "capability.md", "capability-mqar.md", "capability-induction.md",
          "capability-selective-copy.md", "capability-noisy-recall.md", "capability-hijack-v1.md",
-         "../getting-started.md", "../claims.md", "../tasks.md", "../speed.md")
+         "../getting-started.md", "../claims.md", "../tasks.md", "../speed.md", "../magnitude.md", "../variants.md",
+         "../index.md", "../sources.md")
 # pages whose convergence, power and Holm sentences tests/test_study_prose.py recomputes phrase by phrase
 STUDY_PROSE_PAGES = ("capability.md", "capability-mqar.md", "capability-induction.md", "capability-selective-copy.md",
                      "capability-noisy-recall.md", "capability-hijack-v1.md", "../heads.md")
@@ -238,6 +239,23 @@ def _accuracies(name: str, variant: str) -> list[float]:
     return [100 * s["final_val_accuracy"] for s in _summaries(name, variant)]
 
 
+def _hijack_demo() -> dict:
+    """``attnlab magnitude-demo``'s hijacking example at eps = 1e-3 (the run attnlab verify reads)."""
+    import attnlab.verify.magnitude as checks
+
+    return checks._hijacking()
+
+
+def _eps_bias(family: str) -> float:
+    """The relative change of |X| = sum(mu) from eps = 0 to eps = 1e-3 (float64 Cholesky), for a key family of the
+    demo's gate measurement (256 keys in R^64)."""
+    from attnlab.experiments import magnitude_demo as demo
+
+    x, t = demo._families(256, 64)[family]
+    rows = demo._measure_family(family, x, t, (0.0, 1e-3), (("float64", "cholesky"),))
+    return next(r for r in rows if r["eps"] == 1e-3)["sum_mu_bias"]
+
+
 def _verify(check: str) -> dict:
     """One of attnlab verify's magnitude checks, run (it returns measured, details and a note)."""
     import attnlab.verify.magnitude as checks
@@ -261,9 +279,7 @@ def _gate_units(form: str) -> tuple[float, float, float, float]:
 
 def _softmax_hijack() -> float:
     """The cluster's share over the unique key's under softmax alone (the write-up's 50/70 against 20/70)."""
-    import attnlab.verify.magnitude as checks
-
-    h = checks._hijacking()["softmax"]
+    h = _hijack_demo()["softmax"]
     return h["cluster"] / h["unique"]
 
 
@@ -485,6 +501,38 @@ RECOMPUTED = {
         # ... and the additivity gap at centre distance 4
         "At distance 4 the gap is still 7.5%": lambda: "At distance 4 the gap is still {:.1f}%".format(
             100 * _verify("additivity_finite")["measured"]),
+    },
+    "../magnitude.md": {
+        # the hijacking example (magnitude_demo.hijacking, as attnlab verify runs it) under softmax and the gates
+        "Softmax gives the unique key 0.2857 and the 50-key cluster 0.7143":
+            lambda: "Softmax gives the unique key {:.4f} and the 50-key cluster {:.4f}".format(
+                *(lambda h: (h["unique"], h["cluster"]))(_hijack_demo()["softmax"])),
+        "more value mass than the unique key: 0.361 against 0.209": lambda: "more value mass than the unique key: "
+            "{0[1]:.3f} against {0[2]:.3f}".format(_gate_units("sigmoid")),
+        "leaves u 0.2854 and the cluster 0.0143 of value": lambda: "leaves u {0[2]:.4f} and the cluster {0[1]:.4f} "
+            "of value".format(_gate_units("linear")),
+        "keep sigmoid(0.02) = 0.505 each, i.e. 25.25 units": lambda: "keep sigmoid(0.02) = {:.3f} each, i.e. {:.2f} "
+            "units".format(1 / (1 + math.exp(-0.02)), _gate_units("sigmoid")[0]),
+        "does collapse them, to 0.99998 = N/(N + eps)": lambda: "does collapse them, to {:.5f} = N/(N + eps)".format(
+            _gate_units("linear")[0]),
+        # the per-key causal form's cluster sum for 50 clones: the demo's causal weights
+        "(4.4976 for m = 50 at eps = 1e-3)": lambda: "({:.4f} for m = 50 at eps = 1e-3)".format(
+            _hijack_demo()["weights"]["causal"]["cluster_sum"]),
+        # CG after 5 iterations, the additivity gap and the eps bias: attnlab verify's and the demo's measurements
+        "after 5 iterations is 0.19% for iid keys at t = 1": lambda: "after 5 iterations is {:.2f}% for iid keys at "
+            "t = 1".format(100 * _cg_errors()["iid t=1"]["magnitude"]),
+        "41% and 98% in the last two cases, and still 5.4% at t = 1": lambda: "{:.0f}% and {:.0f}% in the last two "
+            "cases, and still {:.1f}% at t = 1".format(*(100 * _cg_errors()[k]["mu"]
+                                                         for k in ("iid t=0.1", "rank-4 t=1", "iid t=1"))),
+        "the gap is still 7.5% (ledger)": lambda: "the gap is still {:.1f}% (ledger)".format(
+            100 * _verify("additivity_finite")["measured"]),
+        "biases |X| by -0.1% (iid keys, t = 1) to -9.1% (rank-4 keys)": lambda: "biases |X| by {:.1f}% (iid keys, "
+            "t = 1) to {:.1f}% (rank-4 keys)".format(*(100 * _eps_bias(k) for k in ("iid t=1", "rank-4 t=1"))),
+    },
+    "../variants.md": {
+        "the capped layer cost 1.52x the flash layer forward+backward": lambda: "the capped layer cost {:.2f}x the "
+            "flash layer forward+backward".format(_layer("attention_layer_flex_softcap_bf16", "standard")
+                                                  ["layer_fwd_bwd_ratio"]),
     },
     "../getting-started.md": {
         # the standard model's mean final validation loss on the boneless (1000 steps) and magnitude (2200) grids
@@ -806,6 +854,7 @@ NOT_MEASURED = {
                            "(3,072 answers)": "512 validation sequences x 6 queried keys, a setting"},
     "capability-noisy-recall.md": {"chance 1/12 = 8.33%": "1 / n_values, the task's chance level"},
     "capability-hijack-v1.md": {"was not learned within 2,000 steps": "the calibration run's budget, a setting"},
+    "../sources.md": {"gets 20/70 = 0.2857 of the weight": "the write-up's example, 20/70: arithmetic"},
     "../tasks.md": {
         "with a vocabulary of 8,192": "the paper's vocabulary, a setting",
         "within the paper's budget of 12,500 steps": "the paper's budget, a setting",
@@ -868,6 +917,15 @@ NOT_SHIPPED = {
         "(85.9% at step 2,000)": "a calibration run with 3 noise tokens; not shipped",
         "had left the plateau by step 1,250": "calibration runs with 1-4 noise tokens; not shipped",
     },
+    "../magnitude.md": {
+        "(0.5% error at m = 16 for random-walk keys)": "a measurement of the sliding-window approximation, which "
+                                                         "attnlab does not ship; not saved",
+        "That benchmark now gives 2.37x and 5.48x": "a CPU run of benchmarks/attention_layer.py; no JSON in results/",
+        "the global form measured 2.1x at load average 3": "a CPU run of benchmarks/magnitude.py on a loaded machine; "
+                                                            "not saved",
+    },
+    "../index.md": {"a validation loss of **1.551** nats/char": "getting-started.md's run (seed 1337); its run "
+                                                                  "directory is not shipped"},
     "../getting-started.md": {
         "validation loss **1.551** nats/char": "one `attnlab train --preset cpu` run (seed 1337); its run directory "
                                                "is not shipped",
