@@ -1,6 +1,6 @@
-"""Every measured number in the prose of the study pages (magnitude, boneless, magnitude-long, rank, consensus,
-hijack-v2, zoology-anchor, the capability pages) and of the dilution, head-recombination, getting-started, claims,
-tasks and speed pages is recomputed from results/ (or, for a deterministic computation, by running it).
+"""Every measured number in the prose of every page of docs/ (the study pages, the dilution and head-recombination
+pages, getting started, the claims ledger, the tasks, speed and library pages) is recomputed from results/ (or, for a
+deterministic computation, by running it).
 
 The prose of a page is its text outside the generated blocks (``<!-- NAME:BEGIN -->`` ... ``<!-- NAME:END -->``
 with a name docs/generate.py writes; the hand-written ``MAGNITUDE-TEXT`` and ``BONELESS-TEXT`` blocks are prose),
@@ -43,7 +43,8 @@ PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consens
          "zoology-anchor.md", "../heads.md", "capability.md", "capability-mqar.md", "capability-induction.md",
          "capability-selective-copy.md", "capability-noisy-recall.md", "capability-hijack-v1.md",
          "../getting-started.md", "../claims.md", "../tasks.md", "../speed.md", "../magnitude.md", "../variants.md",
-         "../index.md", "../sources.md")
+         "../index.md", "../sources.md", "index.md", "../api.md", "../contributing.md", "../huggingface.md",
+         "../leaderboard.md", "../testing.md")
 # pages whose convergence, power and Holm sentences tests/test_study_prose.py recomputes phrase by phrase
 STUDY_PROSE_PAGES = ("capability.md", "capability-mqar.md", "capability-induction.md", "capability-selective-copy.md",
                      "capability-noisy-recall.md", "capability-hijack-v1.md", "../heads.md")
@@ -983,6 +984,11 @@ def _study_prose_phrases() -> frozenset:
         for name in pages:
             setattr(study, name, saved[name])
     return frozenset(seen)
+
+
+def test_every_docs_page_is_swept():
+    pages = {(STUDIES / page).resolve() for page in PAGES}
+    assert pages == {p.resolve() for p in [*(ROOT / "docs").glob("*.md"), *STUDIES.glob("*.md")]}
 
 
 def test_the_rules_catch_measured_numbers_and_skip_settings():
