@@ -288,3 +288,19 @@ def test_the_gates_reruns_to_a_threshold_reuse_their_baselines_runs():
             assert part.base_config() == base.base_config() and part.variants[0] == "standard" == base.variants[0]
             assert part.seeds == base.seeds == [0, 1, 2, 3, 4] and part.primary == "val_accuracy"
             assert part.base_config().train.stop_at == "val_accuracy >= 0.99"
+
+
+@pytest.mark.parametrize("name,recall", [("induction-gates", "recall-induction"),
+                                         ("selective-copy-gates", "recall-selective-copy-1")])
+def test_the_gates_on_induction_and_selective_copy_rerun_the_recall_recipe_to_a_threshold(name, recall):
+    """The same task and model as the fixed-budget recall part, standard and the four value gates, 5 seeds, run to
+    val_accuracy >= 0.99 with a longer cap, the primary metric declared."""
+    exp, fixed = load_experiment(name), load_experiment(recall)
+    cfg, base = exp.base_config(), fixed.base_config()
+    assert cfg.model == base.model and cfg.data == base.data
+    assert (cfg.train.batch_size, cfg.train.lr, cfg.train.min_lr) == (base.train.batch_size, base.train.lr,
+                                                                       base.train.min_lr)
+    assert cfg.train.stop_at == "val_accuracy >= 0.99" and cfg.train.max_steps > base.train.max_steps
+    assert exp.variants == ["standard", "magnitude-causal", "magnitude-prefix", "magnitude-causal-linear",
+                            "magnitude-prefix-linear"]
+    assert exp.seeds == [0, 1, 2, 3, 4] and exp.primary == "val_accuracy"
