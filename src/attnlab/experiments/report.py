@@ -375,20 +375,9 @@ def _seed_table(results: dict, key: str = "final_val_loss", scale: float = 1.0, 
     seeds = results["settings"]["seeds"]
     lines = ["| variant | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---" * (len(seeds) + 1) + "|"]
     for row in results["variants"]:
-        values = [r.get(key) for r in row["runs"]]
-        cells = [_num(None if v is None else scale * v, fmt) if r["status"] == "finished" else r["status"]
-                 for r, v in zip(row["runs"], values)]
+        cells = [_num(r[key] and scale * r[key], fmt) if r["status"] == "finished" else r["status"] for r in row["runs"]]
         lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
     return lines
-
-
-def _seed_accuracy_table(results: dict, heading: str) -> list[str]:
-    """The final validation accuracy of each run, in %, where the runs logged one: on a task the spread between
-    seeds (a plateau in one, a transition in another) is what the mean hides."""
-    if not any(r.get("final_val_accuracy") is not None for row in results["variants"] for r in row["runs"]):
-        return []
-    return [f"{heading} Final validation accuracy (%) per seed", "",
-            *_seed_table(results, "final_val_accuracy", 100.0, ".2f"), ""]
 
 
 CURVE_COLUMNS = 6  # the during-training table shows at most this many evaluation steps
@@ -495,16 +484,19 @@ def _accuracy_table(results: dict, heading: str) -> list[str]:
 
 
 def results_tables(results: dict, heading: str = "##") -> str:
-    """The report's tables without settings and notes: results, accuracy (when logged), per-seed losses, the loss
-    during training, weight and gate diagnostics, under ``heading``-level titles (the docs quote them for the shipped
-    comparisons in ``results/``)."""
+    """The report's tables without settings and notes: results, accuracy (when logged), per-seed losses and
+    accuracies (on a task the seeds' spread is what the mean hides), the loss during training, weight and gate
+    diagnostics, under ``heading``-level titles (the docs quote them for the shipped comparisons in ``results/``)."""
     hijack = hijack_tables(results["hijack"], heading) if results.get("hijack") else []
     hijack += length_table(results["length"], heading) if results.get("length") else []
     verdict = [*(primary_table(results["primary"], heading) if results.get("primary") else []),
                *(convergence_table(results["convergence"], heading) if results.get("convergence") else [])]
     return "\n".join([*verdict, *_table(results), "", *_accuracy_table(results, heading), *hijack,
                       f"{heading} Final validation loss per seed", "", *_seed_table(results),
-                      "", *_seed_accuracy_table(results, heading), *_curve_table(results, heading), *_curve_table(results, heading, "val_accuracy_curve"),
+                      "", *([f"{heading} Final validation accuracy (%) per seed", "",
+                             *_seed_table(results, "final_val_accuracy", 100.0, ".2f"), ""] if any(
+                          r.get("final_val_accuracy") is not None for row in results["variants"] for r in row["runs"]) else []),
+                      *_curve_table(results, heading), *_curve_table(results, heading, "val_accuracy_curve"),
                       *_diagnostics_tables(results, heading)]).rstrip("\n") + "\n"
 
 
@@ -592,9 +584,8 @@ def write_report(out_dir) -> Path:
     results, records = read_results(out_dir)
     write_text(out_dir / RESULTS_FILE, json.dumps(results, indent=2, allow_nan=False) + "\n")
     variants = [row["variant"] for row in results["variants"]]
-    # the plots' inputs: the results but each run's final accuracy (no plot draws it; the accuracy curves end at it)
     drawn_results = {**results, "variants": [{**row, "runs": [{k: v for k, v in run.items() if k != "final_val_accuracy"}
-                                                              for run in row["runs"]]} for row in results["variants"]]}
+                     for run in row["runs"]]} for row in results["variants"]]}  # no plot draws a run's final accuracy
     key = inputs_key(drawn_results, [(r.variant, r.seed, r.status, r.usable, r.not_converged, r.summary.get("stop_at"),
                                 sorted(r.curve.items()), sorted(r.accuracy_curve.items())) for r in records],
                      drawn_by=(plots, hijack_report.plot_hijack, hijack_report.band_line))
