@@ -345,8 +345,7 @@ FIRST_SEEDS = (0, 1, 2)  # the language-model head comparisons' seeds 3 and 4 ra
 def _gpu_layer(variant: str) -> float:
     """The H200's bfloat16 forward+backward ratio of a variant's layer to the SDPA layer
     (benchmarks/attention_layer.py, saved as results/benchmarks/cuda/attention_layer_bf16.json)."""
-    rows = json.loads((RESULTS / "benchmarks" / "cuda" / "attention_layer_bf16.json").read_text())["results"]
-    return next(r["layer_fwd_bwd_ratio"] for r in rows if r["variant"] == variant)
+    return _layer("attention_layer_bf16", variant)["layer_fwd_bwd_ratio"]
 
 # {page: {phrase as the page writes it: a function that rebuilds the phrase from results/}}. Each phrase holds
 # numbers that results/ does not print as such (a difference, a ratio, a rounding, a per-seed value); its
