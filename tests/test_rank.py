@@ -94,43 +94,96 @@ def test_residual_projection_enters_as_w_plus_identity():
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    """The tiny preset, 4 steps, weight decay 0 and 10 (data cache in a temporary directory)."""
+    """The tiny preset, 4 steps, weight decay 0 and 10, seeds 0-2 (data cache in a temporary directory)."""
     root = tmp_path_factory.mktemp("sweep")
     cfg = apply_overrides(load_preset("tiny"), [
         f"data.cache_dir={root / 'cache'}", "train.max_steps=4", "train.warmup_steps=1", "train.eval_interval=0",
         "train.sample_tokens=0", "train.eval_tokens=256"])
-    report = rank_sweep(cfg, [0, 10], root / "sweep")
+    report = rank_sweep(cfg, [0, 10], root / "sweep", seeds=[0, 1, 2])
     return cfg, root / "sweep", report
 
 
 def test_rank_sweep_table_and_runs(sweep):
     cfg, out, report = sweep
     rows = report["rows"]
-    assert [r["weight_decay"] for r in rows] == [0.0, 10.0]
+    assert [(r["weight_decay"], r["seed"]) for r in rows] == [(w, s) for w in (0.0, 10.0) for s in (0, 1, 2)]
     for r in rows:
         assert r["status"] == "finished" and math.isfinite(r["final_val_loss"])
         assert 0 < r["metrics"]["pseudo_rank/qk/mean"] <= 1 and r["metrics"]["participation_ratio/q/mean"] >= 1
-        saved = (out / f"wd{r['weight_decay']:g}" / "config.toml").read_text()
-        assert f"weight_decay = {r['weight_decay']}" in saved
-        assert (out / f"wd{r['weight_decay']:g}" / "rank" / "spectra.png").exists()
+        run = out / f"wd{r['weight_decay']:g}" / f"seed{r['seed']}"
+        saved = (run / "config.toml").read_text()
+        assert f"weight_decay = {r['weight_decay']}" in saved and f"seed = {r['seed']}" in saved
+        assert (run / "rank" / "spectra.png").exists()
     saved = json.loads((out / "sweep.json").read_text())
     assert [r["final_val_loss"] for r in saved["rows"]] == [r["final_val_loss"] for r in rows]
-    assert "| 10 |" in (out / "sweep.md").read_text()
+    assert "| 10 | 3 |" in (out / "sweep.md").read_text()
+    # seeds differ: the same lambda gives different losses from different initialisations and data orders
+    assert len({r["final_val_loss"] for r in rows if r["weight_decay"] == 0}) == 3
     # decay 10 x lr shrinks the decayed attention weights: the Frobenius norm is smaller than without decay
     from attnlab.train import load_run
 
-    models = [load_run(out / f"wd{w}")[0] for w in (0, 10)]
+    models = [load_run(out / f"wd{w}" / "seed0")[0] for w in (0, 10)]
     norms = [sum(float(b.attn.q_proj.weight.detach().norm()) for b in m.blocks) for m in models]
     assert norms[1] < norms[0]
-    again = rank_sweep(cfg, [0, 10], out)  # resumes: finished runs are kept
+    again = rank_sweep(cfg, [0, 10], out, seeds=[0, 1, 2])  # resumes: finished runs are kept
     assert [r["final_val_loss"] for r in again["rows"]] == [r["final_val_loss"] for r in rows]
     with pytest.raises(ConfigError, match="different sweep"):
         rank_sweep(cfg, [0, 1], out)
+    with pytest.raises(ConfigError, match="distinct integers"):
+        rank_sweep(cfg, [0, 10], out, seeds=[1, 1])
+
+
+def test_rank_sweep_statistics_against_scipy(sweep):
+    """Each row of the differences table against scipy on the runs' own numbers, paired by seed, and Holm's
+    step-down correction written out here over the whole family."""
+    from scipy import stats
+
+    _, out, report = sweep
+    by = {(r["weight_decay"], r["seed"]): r for r in report["rows"]}
+
+    def value(r, metric):
+        return r["final_val_loss"] if metric == "final_val_loss" else r["metrics"][metric]
+
+    rows = report["stats"]
+    assert [s["metric"] for s in rows] == ["final_val_loss"] + [f"pseudo_rank/{m}/mean" for m in "q k v o qk".split()]
+    raw = []
+    for s in rows:
+        a = np.array([value(by[(10.0, k)], s["metric"]) for k in (0, 1, 2)])
+        b = np.array([value(by[(0.0, k)], s["metric"]) for k in (0, 1, 2)])
+        assert s["seeds"] == [0, 1, 2] and s["ci"]["difference"] == pytest.approx((a - b).mean(), abs=1e-12)
+        d = a - b
+        if np.ptp(d) == 0:  # pseudo-ranks move in steps of 1/n: a difference equal in every seed has no t-test
+            assert s["test"]["p"] is None and "zero variance" in s["test"]["reason"]
+            raw.append(None)
+            continue
+        assert s["test"]["p"] == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-9)
+        raw.append(stats.ttest_rel(a, b).pvalue)
+        assert s["ci"]["low"] <= d.mean() <= s["ci"]["high"]
+    tested = sorted((p, i) for i, p in enumerate(raw) if p is not None)
+    m, running, want = len(tested), 0.0, [None] * len(raw)
+    for k, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (m - k) * p))
+        want[i] = running
+    assert [s["holm_p"] for s in rows] == pytest.approx(want)
+    assert "Holm's correction over every row" in (out / "sweep.md").read_text()
+
+
+def test_rank_sweep_export_reports_without_checkpoints(sweep, tmp_path):
+    from attnlab.experiments.sweep import export_sweep, write_sweep_report
+
+    _, out, report = sweep
+    dest = export_sweep(out, tmp_path / "shipped")
+    assert not list(dest.rglob("checkpoint")) and not list(dest.rglob("*.png"))
+    again = write_sweep_report(dest)  # the copied rank.json files stand in for the models
+    assert [r["metrics"] for r in again["rows"]] == [r["metrics"] for r in report["rows"]]
+    assert (dest / "sweep.md").read_text() == (out / "sweep.md").read_text()
+    with pytest.raises(ConfigError, match="not a rank sweep"):
+        write_sweep_report(tmp_path)
 
 
 def test_rank_command_on_a_run(sweep, tmp_path, capsys):
     _, out, report = sweep
-    run = out / "wd0"
+    run = out / "wd0" / "seed0"
     assert main(["rank", str(run), "--out", str(tmp_path / "r")]) == 0
     text = capsys.readouterr().out
     assert "| 1 | qk (mean of 2 heads) | 16 |" in text

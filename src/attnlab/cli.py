@@ -13,7 +13,7 @@
     attnlab consensus --points 64 --scale 10          # the Boneless write-up: consensus attention, raw-correlation explosion
     attnlab cluster-colors [IMAGE]                    # the Boneless write-up: palette by consensus attention vs k-means
     attnlab rank runs/20261122-101500-standard        # the Boneless write-up: pseudo-rank of W_q, W_k, W_v, W_o, W_q W_k'
-    attnlab rank-sweep --preset tiny --weight-decays 0 0.1 1
+    attnlab rank-sweep --preset tiny --weight-decays 0 0.1 1 --seeds 0 1 2 3 4
     attnlab ngram                                     # unigram/bigram/trigram loss on the validation tokens
 
 A user mistake (bad value, unknown key, missing file) prints one line and exits with status 2.
@@ -375,11 +375,13 @@ def cmd_rank(args) -> int:
 
 
 def cmd_rank_sweep(args) -> int:
-    from .experiments.sweep import rank_sweep
+    from .experiments.sweep import export_sweep, rank_sweep
 
-    report = rank_sweep(_run_config(args), args.weight_decays, args.out, quiet=args.quiet)
+    report = rank_sweep(_run_config(args), args.weight_decays, args.out, seeds=args.seeds, quiet=args.quiet)
     print(report["table"])
     print(f"sweep.md, sweep.json written to {report['out_dir']}")
+    if args.export:
+        print(f"exported (no checkpoints) to {export_sweep(args.out, args.export)}")
     return 0
 
 
@@ -539,7 +541,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rank-sweep", help="the Boneless write-up: one run per weight decay; pseudo-rank and val loss per lambda")
     _add_config_args(p)
     p.add_argument("--weight-decays", type=float, nargs="+", default=[0.0, 0.1, 1.0], metavar="LAMBDA")
+    p.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
+                   help="training seeds, one run per lambda and seed (default: the config's train.seed)")
     p.add_argument("--out", default="runs/rank-sweep", help="sweep directory (resumable; default runs/rank-sweep)")
+    p.add_argument("--export", metavar="DEST", help="then copy the sweep to DEST without checkpoints (for results/)")
     p.set_defaults(func=cmd_rank_sweep)
 
     p = sub.add_parser("ngram", help="reference losses of count n-gram models on a config's validation tokens")

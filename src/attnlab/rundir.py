@@ -11,7 +11,7 @@ A run directory (``attnlab train``)::
 A comparison directory (``attnlab compare``): ``compare.toml`` (the grid), ``<variant>/seed<k>/`` run
 directories, ``logs/``, and the report's ``report.md``, ``results.json``, ``loss_curves.png`` (and on task:hijack
 ``hijack_accuracy.png``, ``hijack_mass.png``). A rank sweep
-(``attnlab rank-sweep``): ``sweep.toml`` and ``wd<lambda>/`` run directories.
+(``attnlab rank-sweep``): ``sweep.toml`` and ``wd<lambda>/seed<k>/`` run directories.
 
 Readers never raise on a run that is still being written: a missing or half-written file reads as nothing.
 """
@@ -58,9 +58,10 @@ def comparison_run_dir(out_dir, variant: str, seed: int) -> Path:
     return Path(out_dir) / variant / f"seed{seed}"
 
 
-def sweep_run_dir(out_dir, weight_decay: float) -> Path:
-    """The run directory of weight decay lambda inside a rank sweep: ``out_dir/wd<lambda>`` (wd0, wd0.1, wd1)."""
-    return Path(out_dir) / f"wd{weight_decay:g}"
+def sweep_run_dir(out_dir, weight_decay: float, seed: int) -> Path:
+    """The run directory of (weight decay lambda, seed) inside a rank sweep: ``out_dir/wd<lambda>/seed<k>``
+    (wd0/seed0, wd0.1/seed0, wd1/seed3)."""
+    return Path(out_dir) / f"wd{weight_decay:g}" / f"seed{seed}"
 
 
 def read_metrics(path: str | Path) -> list[dict]:

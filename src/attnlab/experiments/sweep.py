@@ -1,4 +1,5 @@
-"""``attnlab rank-sweep``: one training run per weight decay lambda, then pseudo-rank and validation loss per lambda.
+"""``attnlab rank-sweep``: training runs per weight decay lambda and seed, then pseudo-rank and validation loss per
+lambda, each lambda's difference from the first one with a confidence interval and a Holm-corrected test.
 
 Kobayashi, Akram & von Oswald (2024) show that L2 regularisation of two multiplied matrices (W_q W_k', W_o W_v)
 acts as a nuclear-norm penalty on their product, so AdamW's weight decay lowers the rank of attention layers.
@@ -6,12 +7,22 @@ attnlab's AdamW decays every nn.Linear weight (attnlab.train.optim), so W_q, W_k
 
 Layout of ``out_dir``::
 
-    sweep.toml         the base config (minus out_dir and train.weight_decay) + the lambdas; a different one is refused
-    wd<lambda>/        one ordinary training run per lambda, with rank/ (rank.md, rank.json, spectra.png)
-    sweep.md           lambda, final val loss, mean pseudo-rank and mean participation ratio per matrix type
-    sweep.json         the same numbers (and every per-layer metric)
+    sweep.toml         the base config (minus out_dir, train.weight_decay and train.seed) + the lambdas; a
+                       different one is refused (more seeds are not a different sweep: they extend it)
+    wd<lambda>/seed<k>/  one ordinary training run per (lambda, seed), with rank/ (rank.md, rank.json, spectra.png)
+    sweep.md           the three tables of :func:`sweep_tables`
+    sweep.json         the same numbers (and every per-layer metric of every run)
+
+The statistics: a seed fixes the initialisation and the data order (attnlab.train), so runs of two lambdas with the
+same seed differ only in the weight decay and are compared as pairs: the mean of the paired differences, its BCa
+bootstrap 95% interval, Student's paired t-test, the smallest difference the pairs could detect (80% power,
+alpha 0.05), and Holm's correction over the whole family (every lambda after the first x every metric of
+:data:`TESTED`), all from :mod:`attnlab.experiments.stats`. Pseudo-ranks are multiples of 1/n for an n-column
+matrix, so a difference that is the same in every seed has no t-test (the table says so).
 
 Rerunning resumes: finished runs are kept, runs with a checkpoint are resumed, others start fresh.
+:func:`write_sweep_report` rewrites sweep.md and sweep.json from the runs a directory holds (no training); a
+directory exported with :func:`export_sweep` (no checkpoints) keeps each run's rank/rank.json, so it reports too.
 """
 
 from __future__ import annotations
@@ -25,12 +36,17 @@ from ..analysis.rank import MASS, MATRICES, rank_report
 from ..atomic import write_text
 from ..configio import load_toml, save_toml, to_dict
 from ..errors import ConfigError
-from ..rundir import DONE_STATUSES, SUMMARY_FILE, read_summary, sweep_run_dir
+from ..rundir import DONE_STATUSES, SHIPPED_RUN_FILES, SUMMARY_FILE, read_summary, sweep_run_dir
 from ..rundir import SWEEP_SPEC_FILE as SPEC_FILE
 from ..train import load_model, train
 from .grid import run_state, spec_differences
+from .stats import bootstrap_ci, describe, holm, mean_std_text, min_detectable_difference, paired_ttest
 
-__all__ = ["rank_sweep", "sweep_run_dir", "format_sweep_table"]
+__all__ = ["TESTED", "export_sweep", "rank_sweep", "sweep_run_dir", "sweep_tables", "write_sweep_report"]
+
+TESTED = ("final_val_loss",) + tuple(f"pseudo_rank/{m}/mean" for m in MATRICES)
+"""The metrics each lambda is tested on against the first lambda: the final validation loss and the mean (over
+layers; over heads too for qk) pseudo-rank of each matrix type."""
 
 
 def _spec(cfg, weight_decays) -> dict:
@@ -39,6 +55,7 @@ def _spec(cfg, weight_decays) -> dict:
     base = to_dict(cfg)
     base.pop("out_dir", None)
     base.get("train", {}).pop("weight_decay", None)
+    base.get("train", {}).pop("seed", None)
     return tomllib.loads(tomli_w.dumps({"weight_decays": [float(w) for w in weight_decays], "base": base}))
 
 
@@ -78,46 +95,161 @@ def _rank_metrics(path: Path, mass: float) -> dict:
     return rank_report(model, path / "rank", mass, source=str(path), kind=kind)["metrics"]
 
 
-def rank_sweep(cfg, weight_decays, out_dir, *, quiet: bool = True, mass: float = MASS) -> dict:
-    """Train ``cfg`` once per weight decay (train.weight_decay = lambda, out_dir = wd<lambda>) and report, per
-    lambda, the final validation loss and the mean (over layers; over heads too for qk) pseudo-rank and
-    participation ratio of each matrix type (:func:`attnlab.analysis.rank.rank_metrics`).
-    Writes sweep.md / sweep.json into ``out_dir`` and returns {"rows": [...], "table": markdown}."""
+def _seeds(seeds) -> list[int]:
+    try:
+        out = [int(s) for s in seeds]
+    except (TypeError, ValueError):
+        out = None
+    if not out or any(s < 0 for s in out) or len(set(out)) != len(out) or out != [s for s in seeds]:
+        raise ConfigError(f"seeds {seeds!r} must be a non-empty list of distinct integers >= 0")
+    return out
+
+
+def rank_sweep(cfg, weight_decays, out_dir, *, seeds=None, quiet: bool = True, mass: float = MASS) -> dict:
+    """Train ``cfg`` once per weight decay and seed (train.weight_decay = lambda, train.seed = seed, out_dir =
+    wd<lambda>/seed<k>; ``seeds`` None: the config's one train.seed) and report (:func:`write_sweep_report`).
+    Returns {"rows": [...], "stats": [...], "table": markdown, "out_dir": ...}."""
     wds = [float(w) for w in weight_decays]
     if not wds or any(w < 0 for w in wds) or len(set(wds)) != len(wds):
         raise ConfigError(f"weight decays {list(weight_decays)!r} must be a non-empty list of distinct numbers >= 0")
+    seeds = [cfg.train.seed] if seeds is None else _seeds(seeds)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     _check_spec(out_dir, _spec(cfg, wds))
-    rows = []
     for wd in wds:
-        path = sweep_run_dir(out_dir, wd)
-        run_cfg = cfg.replace(train=cfg.train.replace(weight_decay=wd), out_dir=str(path))
-        if not quiet:
-            print(f"weight decay {wd:g}: {path}", flush=True)
-        summary = _train_one(run_cfg, path, quiet)
-        row = {"weight_decay": wd, "status": summary.get("status"), "final_val_loss": summary.get("final_val_loss"),
-               "steps": summary.get("steps"), "run_dir": str(path)}
-        if summary.get("status") == "finished":
-            row["metrics"] = _rank_metrics(path, mass)
-        rows.append(row)
-    table = format_sweep_table(rows, mass)
-    write_text(out_dir / "sweep.md", f"# Weight-decay sweep: pseudo-rank and validation loss\n\n{table}\n")
-    write_text(out_dir / "sweep.json", json.dumps({"mass": mass, "rows": rows}, indent=1) + "\n")
-    return {"rows": rows, "table": table, "out_dir": str(out_dir)}
+        for seed in seeds:
+            path = sweep_run_dir(out_dir, wd, seed)
+            run_cfg = cfg.replace(train=cfg.train.replace(weight_decay=wd, seed=seed), out_dir=str(path))
+            if not quiet:
+                print(f"weight decay {wd:g}, seed {seed}: {path}", flush=True)
+            if _train_one(run_cfg, path, quiet).get("status") == "finished":
+                _rank_metrics(path, mass)
+    return write_sweep_report(out_dir, mass=mass)
 
 
-def format_sweep_table(rows: list[dict], mass: float = MASS) -> str:
-    """lambda | final val loss | mean pseudo-rank of q, k, v, o, qk | mean participation ratio of the same."""
-    head = ["lambda", "final val loss"] + [f"pseudo-rank {m}" for m in MATRICES] + [f"PR {m}" for m in MATRICES]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+def _runs(out_dir: Path, mass: float) -> list[dict]:
+    """One row per run directory of the sweep (lambdas in sweep.toml's order, seeds ascending)."""
+    spec = load_toml(out_dir / SPEC_FILE)
+    rows = []
+    for wd in spec["weight_decays"]:
+        seeds = sorted(int(p.name[4:]) for p in (out_dir / f"wd{wd:g}").glob("seed*") if p.name[4:].isdigit())
+        for seed in seeds:
+            path = sweep_run_dir(out_dir, wd, seed)
+            summary = read_summary(path) or {}
+            row = {"weight_decay": float(wd), "seed": seed, "status": summary.get("status"),
+                   "final_val_loss": summary.get("final_val_loss"), "steps": summary.get("steps"),
+                   "run_dir": str(path)}
+            if summary.get("status") == "finished":
+                row["metrics"] = _rank_metrics(path, mass)
+            rows.append(row)
+    return rows
+
+
+def _value(row: dict, metric: str):
+    return row.get("final_val_loss") if metric == "final_val_loss" else (row.get("metrics") or {}).get(metric)
+
+
+def _statistics(rows: list[dict]) -> list[dict]:
+    """Each lambda after the first against the first, on every metric of :data:`TESTED`, paired by seed."""
+    done = [r for r in rows if r.get("status") == "finished"]
+    wds = list(dict.fromkeys(r["weight_decay"] for r in rows))
+    if not wds:
+        return []
+    base = {r["seed"]: r for r in done if r["weight_decay"] == wds[0]}
+    stats = []
+    for wd in wds[1:]:
+        other = {r["seed"]: r for r in done if r["weight_decay"] == wd}
+        seeds = sorted(set(base) & set(other))
+        for metric in TESTED:
+            a = [_value(other[s], metric) for s in seeds]
+            b = [_value(base[s], metric) for s in seeds]
+            diffs = describe([x - y for x, y in zip(a, b)]) if seeds else None
+            test = paired_ttest(a, b)
+            stats.append({"weight_decay": wd, "baseline": wds[0], "metric": metric, "seeds": seeds,
+                          "ci": bootstrap_ci(a, b, paired=True).to_dict(), "test": test.to_dict(),
+                          "detectable": min_detectable_difference(diffs.std if diffs else None, len(seeds),
+                                                                  paired=True)})
+    for s, p in zip(stats, holm([s["test"]["p"] for s in stats])):
+        s["holm_p"] = p
+    return stats
+
+
+def _num(x, fmt: str) -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def sweep_tables(rows: list[dict], stats: list[dict], mass: float = MASS) -> str:
+    """Three markdown tables: per lambda (mean ± std over finished seeds), each lambda against the first (paired
+    by seed, Holm over the family), and every run."""
+    fmt = {"final_val_loss": ".4f"}
+    wds = list(dict.fromkeys(r["weight_decay"] for r in rows))
+    head = ["lambda", "seeds", "final val loss"] + [f"pseudo-rank {m}" for m in MATRICES] + [f"PR {m}" for m in MATRICES]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for wd in wds:
+        done = [r for r in rows if r["weight_decay"] == wd and r.get("status") == "finished"]
+        cells = [f"{wd:g}", str(len(done)), mean_std_text(describe([r["final_val_loss"] for r in done]).to_dict(), ".4f")]
+        cells += [mean_std_text(describe([_value(r, f"pseudo_rank/{m}/mean") for r in done]).to_dict(), ".3f")
+                  for m in MATRICES]
+        cells += [_num(describe([_value(r, f"participation_ratio/{m}/mean") for r in done]).mean, ".2f")
+                  for m in MATRICES]
+        out.append("| " + " | ".join(cells) + " |")
+    out.append(f"\nMean ± std over the finished seeds. Pseudo-rank: the fraction of singular values holding {mass:.0%} "
+               "of the squared sum; PR: participation ratio (mean over seeds); means over layers (and heads for qk).")
+    if stats:
+        out += ["", "| lambda | metric | seeds | difference | 95% CI | paired t p | Holm p | detectable |",
+                "|---|---|---|---|---|---|---|---|"]
+        for s in stats:
+            f = fmt.get(s["metric"], ".3f")
+            ci, test = s["ci"], s["test"]
+            interval = "n/a" if ci["low"] is None else f"[{ci['low']:+{f}}, {ci['high']:+{f}}]"
+            p = _num(test["p"], ".3g") if test["p"] is not None else f"n/a ({test['reason']})"
+            metric = s["metric"].replace("pseudo_rank/", "pseudo-rank ").replace("/mean", "").replace("_", " ")
+            out.append(f"| {s['weight_decay']:g} | {metric} | {len(s['seeds'])} | {_num(ci['difference'], '+' + f)} | "
+                       f"{interval} | {p} | {_num(s['holm_p'], '.3g')} | {_num(s['detectable'], f)} |")
+        out.append(f"\nEach lambda minus lambda = {stats[0]['baseline']:g}, paired by seed (same initialisation and "
+                   "data order): BCa bootstrap 95% CI, paired t-test, Holm's correction over every row of this table; "
+                   "detectable: the difference the pairs detect with 80% power at alpha 0.05.")
+    head = ["lambda", "seed", "status", "steps", "final val loss"] + [f"pseudo-rank {m}" for m in MATRICES]
+    out += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        m = r.get("metrics") or {}
         loss = r.get("final_val_loss")
-        cells = [f"{r['weight_decay']:g}", f"{loss:.4f}" if isinstance(loss, (int, float)) else str(r.get("status"))]
-        cells += [f"{m[f'pseudo_rank/{x}/mean']:.3f}" if f"pseudo_rank/{x}/mean" in m else "n/a" for x in MATRICES]
-        cells += [f"{m[f'participation_ratio/{x}/mean']:.2f}" if f"participation_ratio/{x}/mean" in m else "n/a"
-                  for x in MATRICES]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + f"\n\npseudo-rank: fraction of singular values holding {mass:.0%} of the squared sum; " \
-                              "means over layers (and heads for qk)."
+        cells = [f"{r['weight_decay']:g}", str(r["seed"]), str(r.get("status")), str(r.get("steps")),
+                 _num(loss if isinstance(loss, (int, float)) else None, ".4f")]
+        cells += [_num(_value(r, f"pseudo_rank/{m}/mean"), ".3f") for m in MATRICES]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def write_sweep_report(out_dir, *, mass: float = MASS) -> dict:
+    """Rewrite sweep.md and sweep.json from the runs ``out_dir`` holds now; returns what :func:`rank_sweep` does."""
+    out_dir = Path(out_dir)
+    if not (out_dir / SPEC_FILE).is_file():
+        raise ConfigError(f"{out_dir} is not a rank sweep (no {SPEC_FILE}); run `attnlab rank-sweep --out {out_dir}`")
+    rows = _runs(out_dir, mass)
+    stats = _statistics(rows)
+    table = sweep_tables(rows, stats, mass)
+    write_text(out_dir / "sweep.md", f"# Weight-decay sweep: pseudo-rank and validation loss\n\n{table}\n")
+    write_text(out_dir / "sweep.json", json.dumps({"mass": mass, "rows": rows, "stats": stats}, indent=1) + "\n")
+    return {"rows": rows, "stats": stats, "table": table, "out_dir": str(out_dir)}
+
+
+def export_sweep(out_dir, dest) -> Path:
+    """Copy a sweep to ``dest`` for results/: sweep.toml, sweep.md, sweep.json and, per run, its config, metrics
+    and summary with rank/rank.json and rank/rank.md (no checkpoints, no plots). File times are kept, so the
+    copied rank.json still counts as written after the run's summary."""
+    out_dir, dest = Path(out_dir), Path(dest)
+    report = write_sweep_report(out_dir)
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for name in (SPEC_FILE, "sweep.md", "sweep.json"):
+        shutil.copy2(out_dir / name, dest / name)
+    for row in report["rows"]:
+        src = Path(row["run_dir"])
+        to = sweep_run_dir(dest, row["weight_decay"], row["seed"])
+        (to / "rank").mkdir(parents=True)
+        for name in (*SHIPPED_RUN_FILES, "rank/rank.json", "rank/rank.md"):
+            if (src / name).is_file():
+                shutil.copy2(src / name, to / name)
+    write_sweep_report(dest)  # run_dir paths now point into dest
+    return dest
