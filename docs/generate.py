@@ -27,6 +27,9 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
   swapped (:func:`attnlab.experiments.swap.swap_summary_table`);
 - ``SWEEP:<dir>``: the sweep table ``attnlab report results/<dir>`` writes for a sweep directory (one
   ``<KEY>=<value>`` comparison per value; :func:`attnlab.experiments.grid_sweep.sweep_table`), every run listed;
+- ``RANK-SWEEP:<dir>``: the tables ``attnlab rank-sweep`` writes for a weight-decay sweep exported to
+  ``results/<dir>/`` (:func:`attnlab.experiments.sweep.sweep_report`: per lambda, each lambda against the first,
+  every run);
 - ``BENCH-LONG:<dir>[:<stem>]``: the rows of ``benchmarks/magnitude.py --long`` (or of other rows of it) saved in
   ``results/<dir>/bench_long.json`` (or ``<stem>.json``);
 - ``LEADERBOARD``: every variant against every benchmark, from the comparisons in :data:`LEADERBOARD` (results/)
@@ -62,7 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)*):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
 GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "HIJACK-SUMMARY:", "HIJACK-PROTOCOL:",
-             "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "BENCH-LAYER:", "HEADS:", "SWAP:", "SWEEP:", "LEADERBOARD")
+             "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "BENCH-LAYER:", "HEADS:", "SWAP:", "SWEEP:", "RANK-SWEEP:", "LEADERBOARD")
 
 # The comparisons on the leaderboard, and those left off with the reason. A new study adds its comparisons to one.
 LEADERBOARD = ("dilution-mqar-1", "dilution-mqar-2", "dilution-mqar-3", "dilution-nope-1", "dilution-alibi-mqar",
@@ -633,6 +636,10 @@ def render(name: str, page: Path) -> str | None:
 
         folder = ROOT / "results" / name.split(":", 1)[1]
         return sweep_table(sweep_results(folder, *find_sweep(folder)))
+    if name.startswith("RANK-SWEEP:"):
+        from attnlab.experiments.sweep import sweep_report
+
+        return sweep_report(ROOT / "results" / name.split(":", 1)[1])["table"]
     if name == "BENCH-GENERATE":
         return bench_generate_block()
     if name.startswith("BENCH-LAYER:"):

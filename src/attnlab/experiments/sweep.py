@@ -42,7 +42,7 @@ from ..train import load_model, train
 from .grid import run_state, spec_differences
 from .stats import bootstrap_ci, describe, holm, mean_std_text, min_detectable_difference, paired_ttest
 
-__all__ = ["TESTED", "export_sweep", "rank_sweep", "sweep_run_dir", "sweep_tables", "write_sweep_report"]
+__all__ = ["TESTED", "export_sweep", "rank_sweep", "sweep_report", "sweep_run_dir", "sweep_tables", "write_sweep_report"]
 
 TESTED = ("final_val_loss",) + tuple(f"pseudo_rank/{m}/mean" for m in MATRICES)
 """The metrics each lambda is tested on against the first lambda: the final validation loss and the mean (over
@@ -220,17 +220,24 @@ def sweep_tables(rows: list[dict], stats: list[dict], mass: float = MASS) -> str
     return "\n".join(out)
 
 
-def write_sweep_report(out_dir, *, mass: float = MASS) -> dict:
-    """Rewrite sweep.md and sweep.json from the runs ``out_dir`` holds now; returns what :func:`rank_sweep` does."""
+def sweep_report(out_dir, *, mass: float = MASS) -> dict:
+    """The rows, statistics and tables of the runs ``out_dir`` holds now, without writing anything (a run without
+    a current rank/rank.json gets one); returns what :func:`rank_sweep` does."""
     out_dir = Path(out_dir)
     if not (out_dir / SPEC_FILE).is_file():
         raise ConfigError(f"{out_dir} is not a rank sweep (no {SPEC_FILE}); run `attnlab rank-sweep --out {out_dir}`")
     rows = _runs(out_dir, mass)
     stats = _statistics(rows)
-    table = sweep_tables(rows, stats, mass)
+    return {"rows": rows, "stats": stats, "table": sweep_tables(rows, stats, mass), "out_dir": str(out_dir)}
+
+
+def write_sweep_report(out_dir, *, mass: float = MASS) -> dict:
+    """Rewrite sweep.md and sweep.json from the runs ``out_dir`` holds now; returns what :func:`rank_sweep` does."""
+    report = sweep_report(out_dir, mass=mass)
+    out_dir, rows, stats, table = Path(out_dir), report["rows"], report["stats"], report["table"]
     write_text(out_dir / "sweep.md", f"# Weight-decay sweep: pseudo-rank and validation loss\n\n{table}\n")
     write_text(out_dir / "sweep.json", json.dumps({"mass": mass, "rows": rows, "stats": stats}, indent=1) + "\n")
-    return {"rows": rows, "stats": stats, "table": table, "out_dir": str(out_dir)}
+    return report
 
 
 def export_sweep(out_dir, dest) -> Path:
