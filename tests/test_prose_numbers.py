@@ -339,6 +339,65 @@ def _speed_ratios(name: str, *variants: str, seeds=None) -> list[float]:
     return [_speed(name, v, seeds=seeds) / _speed(name, "standard", seeds=seeds) for v in variants]
 
 
+RANK_METRICS = ("final_val_loss", *(f"pseudo_rank/{m}/mean" for m in ("q", "k", "v", "o", "qk")))
+
+
+@functools.cache
+def _rank_runs() -> dict:
+    """{(lambda, seed): {metric: value}} of results/rank-sweep, read from each run's summary.json and
+    rank/rank.json (not from the sweep's own sweep.json)."""
+    out = {}
+    for summary in (RESULTS / "rank-sweep").glob("wd*/seed*/summary.json"):
+        run = summary.parent
+        metrics = json.loads((run / "rank" / "rank.json").read_text())["metrics"]
+        out[(float(run.parent.name[2:]), int(run.name[4:]))] = {
+            "final_val_loss": json.loads(summary.read_text())["final_val_loss"], **metrics}
+    return out
+
+
+def _rank_pairs(wd: float, metric: str):
+    """(values at lambda = wd, values at lambda = 0), paired by seed."""
+    import numpy as np
+
+    runs = _rank_runs()
+    seeds = sorted(s for w, s in runs if w == wd and (0.0, s) in runs)
+    return (np.array([runs[(wd, s)][metric] for s in seeds]), np.array([runs[(0.0, s)][metric] for s in seeds]))
+
+
+def _rank_mean(wd: float, metric: str) -> float:
+    return statistics.mean(v[metric] for (w, _), v in _rank_runs().items() if w == wd)
+
+
+@functools.cache
+def _rank_holm() -> dict:
+    """{(lambda, metric): Holm p} over the family of the page: lambda 0.1 and 1 x every metric (statsmodels)."""
+    from scipy import stats
+    from statsmodels.stats.multitest import multipletests
+
+    keys = [(wd, m) for wd in (0.1, 1.0) for m in RANK_METRICS]
+    ps = [stats.ttest_rel(*_rank_pairs(*k)).pvalue for k in keys]
+    return dict(zip(keys, multipletests(ps, method="holm")[1]))
+
+
+def _rank_ci(wd: float, metric: str) -> str:
+    """The BCa bootstrap 95% interval of the mean paired difference (scipy, 9999 resamples, generator seed 0)."""
+    import numpy as np
+    from scipy import stats
+
+    a, b = _rank_pairs(wd, metric)
+    ci = stats.bootstrap((a - b,), np.mean, n_resamples=9999, method="BCa", rng=np.random.default_rng(0)).confidence_interval
+    return f"{(a - b).mean():.3f} [{ci.low:.3f}, {ci.high:.3f}]"
+
+
+def _rank_detectable(wd: float) -> float:
+    """The loss difference 5 pairs detect with 80% power at alpha 0.05 (statsmodels' paired t power)."""
+    from statsmodels.stats.power import TTestPower
+
+    a, b = _rank_pairs(wd, "final_val_loss")
+    effect = TTestPower().solve_power(nobs=len(a), alpha=0.05, power=0.8, alternative="two-sided")
+    return effect * statistics.stdev(a - b)
+
+
 FIRST_SEEDS = (0, 1, 2)  # the language-model head comparisons' seeds 3 and 4 ran beside a third run: slower
 
 
@@ -729,7 +788,32 @@ RECOMPUTED = {
             lambda: "went from {:.4f} at step 200 to {:.4f} at step 1200".format(
                 *(_evals(LONG2, "standard", 0)[t] for t in (200, 1200))),
     },
-    "rank.md": {},
+    "rank.md": {
+        "cuts the pseudo-rank of W_q from 0.294 to 0.125 and of W_v from 0.419 to 0.212":
+            lambda: "cuts the pseudo-rank of W_q from {:.3f} to {:.3f} and of W_v from {:.3f} to {:.3f}".format(
+                *(_rank_mean(w, f"pseudo_rank/{m}/mean") for m in "qv" for w in (0.0, 1.0))),
+        "differences -0.169 [-0.178, -0.153] and -0.206 [-0.228, -0.184], Holm p 0.000276 and 0.00079":
+            lambda: "differences {} and {}, Holm p {:.3g} and {:.3g}".format(
+                *(_rank_ci(1.0, f"pseudo_rank/{m}/mean") for m in "qv"),
+                *(_rank_holm()[(1.0, f"pseudo_rank/{m}/mean")] for m in "qv")),
+        "(Holm p 1.25e-05 and 0.00194)": lambda: "(Holm p {:.3g} and {:.3g})".format(
+            *(_rank_holm()[(1.0, f"pseudo_rank/{m}/mean")] for m in "ko")),
+        "drops by\n0.028 (Holm p 0.0515, not significant)".replace("\n", " "):
+            lambda: "drops by {:.3f} (Holm p {:.3g}, {})".format(
+                -(lambda a, b: (a - b).mean())(*_rank_pairs(1.0, "pseudo_rank/qk/mean")),
+                _rank_holm()[(1.0, "pseudo_rank/qk/mean")],
+                "not significant" if _rank_holm()[(1.0, "pseudo_rank/qk/mean")] > 0.05 else "significant"),
+        "The validation loss moves by +0.0121 at lambda = 1 and -0.0082 at lambda = 0.1":
+            lambda: "The validation loss moves by {:+.4f} at lambda = 1 and {:+.4f} at lambda = 0.1".format(
+                *((lambda a, b: (a - b).mean())(*_rank_pairs(w, "final_val_loss")) for w in (1.0, 0.1))),
+        "(paired p 0.106 and 0.346, Holm p 0.317 and 0.692)": lambda: "(paired p {:.3g} and {:.3g}, Holm p {:.3g} and "
+            "{:.3g})".format(*(__import__("scipy.stats").stats.ttest_rel(*_rank_pairs(w, "final_val_loss")).pvalue
+                               for w in (1.0, 0.1)), *(_rank_holm()[(w, "final_val_loss")] for w in (1.0, 0.1))),
+        "could have\ndetected a change of 0.0218 and 0.0289".replace("\n", " "):
+            lambda: "could have detected a change of {:.4f} and {:.4f}".format(*map(_rank_detectable, (1.0, 0.1))),
+        "(participation ratio\n1.30 of 16)".replace("\n", " "):
+            lambda: "(participation ratio {:.2f} of 16)".format(_rank_mean(0.0, "participation_ratio/qk/mean")),
+    },
     "consensus.md": {
         # the one-colour baseline depends only on the seeded sample of pixels, not on the consensus settings
         "The one-colour (mean) baseline has MSE 0.0846.":
