@@ -39,6 +39,8 @@ A generated block sits between two HTML comments, ``<!-- NAME:BEGIN -->`` and ``
   (``BENCH-LAYER:cuda:<stem>``: in ``results/benchmarks/cuda/``): each variant's layer against the raw-SDPA layer,
   forward and forward+backward;
 - ``BENCH-GENERATE``: the rows of ``benchmarks/generate.py`` saved in ``results/benchmarks/generate.json``;
+- ``BENCH-COLOURS``: the rows of ``benchmarks/colours.py`` saved in ``results/benchmarks/colours.json`` (consensus
+  attention against k-means as colour quantisers);
 - ``BENCH-CUDA:<part>``: what a GPU measured, from ``results/benchmarks/cuda/``: ``path`` (benchmarks/cuda_path.py
   and train_step.py --device cuda), ``train`` (a gpt2-small run), ``long`` (magnitude.py --long), ``layer``
   (attention_layer.py in bfloat16), ``chunks`` (magnitude.py's low-rank prefix rows at several blocks against the
@@ -65,7 +67,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- ([A-Z][A-Z-]*(?::[\w-]+)*):BEGIN -->\n(.*?)<!-- \1:END -->", re.S)
 GENERATED = ("VARIANTS", "SWITCHES:", "RESULTS:", "TASKS", "HIJACK-MECHANISM", "HIJACK-SUMMARY:", "HIJACK-PROTOCOL:",
-             "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "BENCH-LAYER:", "HEADS:", "SWAP:", "SWEEP:", "RANK-SWEEP:", "LEADERBOARD")
+             "LOWRANK-ERROR:", "BENCH-LONG:", "BENCH-CUDA:", "BENCH-LAYER:", "HEADS:", "SWAP:", "SWEEP:", "RANK-SWEEP:", "LEADERBOARD",
+             "BENCH-COLOURS")
 
 # The comparisons on the leaderboard, and those left off with the reason. A new study adds its comparisons to one.
 LEADERBOARD = ("dilution-mqar-1", "dilution-mqar-2", "dilution-mqar-3", "dilution-nope-1", "dilution-alibi-mqar",
@@ -88,6 +91,7 @@ LEFT_OFF = {
     "heads-hijack": "on hijacking version 1's task, 500-step runs not converged (superseded by hijack-v2)",
     "hijack-v2-3": "a calibration: one seed per variant, every run at its cap",
     "hijack-v2-4-calibration": "a calibration: one seed per variant, on another cap than the study's",
+    "rank-sweep": "a weight-decay sweep of `standard` alone (pseudo-rank study): no variant to compare",
     "boneless-early": "the boneless comparison at an earlier, shorter budget (superseded by boneless)",
     **{f"zoology-mqar-{cell}-sweep": "a learning-rate sweep of `standard` alone: no variant to compare"
        for cell in ("t64-d64", "t64-d128", "t128-d64", "t128-d128")},
@@ -544,6 +548,23 @@ def bench_layer_block(stem: str) -> str:
         f"{span(both)} ms forward+backward across the rows.\n")
 
 
+def bench_colours_block() -> str:
+    """The rows of a saved ``benchmarks/colours.py`` run: consensus attention against k-means as colour quantisers."""
+    import json
+
+    bench = json.loads((ROOT / "results" / "benchmarks" / "colours.json").read_text())
+    lines = ["| g | consensus clusters (kept) | consensus MSE / PSNR | k-means MSE / PSNR | consensus fit | k-means fit "
+             "| fit time ratio (range) |", "|---|---|---|---|---|---|---|"]
+    for r in bench["rows"]:
+        low, high = r["ratio_range"]
+        lines.append(f"| {r['scale']:g} | {r['clusters']} ({r['kept']}) | {r['consensus_mse']:.5f} / "
+                     f"{r['consensus_psnr_db']:.2f} dB | {r['kmeans_mse']:.5f} / {r['kmeans_psnr_db']:.2f} dB | "
+                     f"{r['consensus_fit_s']:.3f} s | {r['kmeans_fit_s']:.4f} s | {r['ratio']:.0f}x ({low:.0f}-{high:.0f}x) |")
+    return "\n".join(lines) + (f"\n\nMedians of {bench['repeats']} alternating fits of each method on the same "
+                               f"{bench['samples']:,} pixels ({bench['machine']}, {bench['threads']} threads, torch "
+                               f"{bench['torch']}); `results/benchmarks/colours.json`.\n")
+
+
 def bench_generate_block() -> str:
     """The rows of a saved ``benchmarks/generate.py`` run: tokens/s with and without the K/V cache."""
     import json
@@ -642,6 +663,8 @@ def render(name: str, page: Path) -> str | None:
         return sweep_report(ROOT / "results" / name.split(":", 1)[1])["table"]
     if name == "BENCH-GENERATE":
         return bench_generate_block()
+    if name == "BENCH-COLOURS":
+        return bench_colours_block()
     if name.startswith("BENCH-LAYER:"):
         return bench_layer_block(name.split(":", 1)[1])
     if name.startswith("BENCH-CUDA:"):
