@@ -128,14 +128,14 @@ def test_results_blocks_are_the_shipped_runs():
     results/<name>/ (summary.json, metrics.jsonl), so no number in it was typed or pasted from elsewhere; and every
     directory under results/ is quoted on some page (a measurement that is not a comparison, such as
     results/magnitude-lowrank, by its own generated block: LOWRANK-ERROR; the single-seed protocol check
-    results/hijack-fixed by HIJACK-PROTOCOL; a sweep directory by SWEEP)."""
+    results/hijack-fixed by HIJACK-PROTOCOL; a sweep directory by SWEEP, a weight-decay sweep by RANK-SWEEP)."""
     from attnlab.experiments.report import read_results, results_tables
 
     found, other = {}, set()
     for page, text in _pages().items():
         for name, block in re.findall(r"<!-- RESULTS:([\w-]+):BEGIN -->\n(.*?)<!-- RESULTS:\1:END -->", text, re.S):
             found.setdefault(name, []).append((page, block))
-        other.update(re.findall(r"<!-- (?:LOWRANK-ERROR|HIJACK-PROTOCOL|SWEEP):([\w-]+)[:\w-]*:BEGIN -->", text))
+        other.update(re.findall(r"<!-- (?:LOWRANK-ERROR|HIJACK-PROTOCOL|SWEEP|RANK-SWEEP):([\w-]+)[:\w-]*:BEGIN -->", text))
         if "<!-- BENCH-GENERATE:BEGIN -->" in text:
             other.add("benchmarks")  # results/benchmarks: saved benchmark runs (BENCH-GENERATE)
     shipped = sorted(p.name for p in (ROOT / "results").iterdir() if p.is_dir())
