@@ -561,7 +561,7 @@ def bench_colours_block() -> str:
                      f"{r['consensus_psnr_db']:.2f} dB | {r['kmeans_mse']:.5f} / {r['kmeans_psnr_db']:.2f} dB | "
                      f"{r['consensus_fit_s']:.3f} s | {r['kmeans_fit_s']:.4f} s | {r['ratio']:.0f}x ({low:.0f}-{high:.0f}x) |")
     return "\n".join(lines) + (f"\n\nMedians of {bench['repeats']} alternating fits of each method on the same "
-                               f"{bench['samples']:,} pixels ({bench['machine']}, {bench['threads']} threads, torch "
+                               f"{bench['samples']:,} pixels ({bench['machine']}, {bench['threads']} thread{'' if bench['threads'] == 1 else 's'}, torch "
                                f"{bench['torch']}); `results/benchmarks/colours.json`.\n")
 
 
