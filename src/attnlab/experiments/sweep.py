@@ -36,7 +36,7 @@ from ..analysis.rank import MASS, MATRICES, rank_report
 from ..atomic import write_text
 from ..configio import load_toml, save_toml, to_dict
 from ..errors import ConfigError
-from ..rundir import DONE_STATUSES, SHIPPED_RUN_FILES, SUMMARY_FILE, read_summary, sweep_run_dir
+from ..rundir import CHECKPOINT_DIR, DONE_STATUSES, SHIPPED_RUN_FILES, SUMMARY_FILE, read_summary, sweep_run_dir
 from ..rundir import SWEEP_SPEC_FILE as SPEC_FILE
 from ..train import load_model, train
 from .grid import run_state, spec_differences
@@ -82,10 +82,12 @@ def _train_one(cfg, path: Path, quiet: bool) -> dict:
 
 
 def _rank_metrics(path: Path, mass: float) -> dict:
-    """The run's rank metrics: from rank/rank.json when written after the run's summary, else a new report."""
+    """The run's rank metrics: from rank/rank.json when written after the run's summary, or when the run has no
+    checkpoint to recompute them from (an exported run, whose file times a git checkout does not keep); else a
+    new report."""
     saved = path / "rank" / "rank.json"
     try:
-        if saved.stat().st_mtime >= (path / SUMMARY_FILE).stat().st_mtime:
+        if not (path / CHECKPOINT_DIR).exists() or saved.stat().st_mtime >= (path / SUMMARY_FILE).stat().st_mtime:
             data = json.loads(saved.read_text(encoding="utf-8"))
             if data.get("mass") == mass:
                 return data["metrics"]
@@ -242,8 +244,8 @@ def write_sweep_report(out_dir, *, mass: float = MASS) -> dict:
 
 def export_sweep(out_dir, dest) -> Path:
     """Copy a sweep to ``dest`` for results/: sweep.toml, sweep.md, sweep.json and, per run, its config, metrics
-    and summary with rank/rank.json and rank/rank.md (no checkpoints, no plots). File times are kept, so the
-    copied rank.json still counts as written after the run's summary."""
+    and summary with rank/rank.json and rank/rank.md (no checkpoints, no plots): without a checkpoint the
+    copied rank.json is what the run's rank metrics are read from."""
     out_dir, dest = Path(out_dir), Path(dest)
     report = write_sweep_report(out_dir)
     if dest.exists():
