@@ -32,9 +32,10 @@ def _entry(name: str, variant: str) -> Entry:
     return next(e for e in leaderboard(RESULTS, [name]) if e.variant == variant)
 
 
-@pytest.mark.parametrize("name, variant", [("magnitude", "magnitude-causal"), ("magnitude", "magnitude-prefix"),
-                                           ("magnitude-long", "magnitude-causal")])
+@pytest.mark.parametrize("name, variant", [("magnitude-long", "magnitude-causal"),
+                                           ("magnitude-long", "magnitude-causal-lowrank")])
 def test_a_corpus_cell_is_welchs_interval_of_the_final_losses(name, variant):
+    """A language-model comparison without a declared primary metric: Welch's interval of the final losses."""
     a, b = _finals(name, variant, "final_val_loss"), _finals(name, "standard", "final_val_loss")
     ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
     e = _entry(name, variant)
@@ -52,17 +53,24 @@ def test_a_task_cell_is_in_percent_and_higher_is_better():
     assert e.verdict == -1 and e.high < 0  # 48.48% against 100%: worse, its interval below 0
 
 
-def test_a_declared_primary_loss_is_paired_over_seeds_and_lower_is_better():
-    """boneless declares the final validation loss as its primary metric: the cell is the mean of the per-seed
-    differences (the seeds share the data order), with the study's BCa interval, and a lower loss is better."""
-    e = _entry("boneless", "residual-qk")
-    results = json.loads((RESULTS / "boneless" / "results.json").read_text())
+@pytest.mark.parametrize("name, variant, verdict", [("boneless", "residual-qk", 1), ("magnitude", "magnitude-causal", -1),
+                                                    ("magnitude", "magnitude-prefix", -1)])
+def test_a_declared_primary_loss_is_paired_over_seeds_and_lower_is_better(name, variant, verdict):
+    """boneless and magnitude declare the final validation loss as their primary metric: the cell is the mean of the
+    per-seed differences (the seeds share the data order), with the study's BCa interval (scipy's here), and a lower
+    loss is better."""
+    e = _entry(name, variant)
+    results = json.loads((RESULTS / name / "results.json").read_text())
     runs = {r["variant"]: {run["seed"]: run["final_val_loss"] for run in r["runs"] if run.get("status") == "finished"}
             for r in results["variants"]}
-    seeds = sorted(runs["residual-qk"].keys() & runs["standard"].keys())
+    seeds = sorted(runs[variant].keys() & runs["standard"].keys())
+    diffs = np.array([runs[variant][s] - runs["standard"][s] for s in seeds])
     assert len(seeds) == 5 and not e.higher_is_better and e.ci_method == "BCa bootstrap"
-    assert e.delta == pytest.approx(np.mean([runs["residual-qk"][s] - runs["standard"][s] for s in seeds]), rel=1e-9)
-    assert e.high < 0 and e.verdict == 1  # lower than standard in every seed, Holm p below 0.05
+    assert e.delta == pytest.approx(diffs.mean(), rel=1e-9)
+    ci = stats.bootstrap((diffs,), np.mean, n_resamples=9999, method="BCa", rng=np.random.default_rng(0)).confidence_interval
+    assert (e.low, e.high) == pytest.approx((ci.low, ci.high), rel=1e-9)
+    # residual-qk: lower than standard in every seed; the magnitude gates higher in every seed; Holm p below 0.05
+    assert (e.high < 0 if verdict == 1 else e.low > 0) and e.verdict == verdict
 
 
 def test_a_declared_primary_metric_takes_the_studys_paired_interval():
