@@ -369,14 +369,20 @@ def _rank_mean(wd: float, metric: str) -> float:
     return statistics.mean(v[metric] for (w, _), v in _rank_runs().items() if w == wd)
 
 
+def _rank_p(wd: float, metric: str) -> float:
+    """The paired t-test's p of lambda = wd against lambda = 0 (scipy)."""
+    from scipy import stats
+
+    return float(stats.ttest_rel(*_rank_pairs(wd, metric)).pvalue)
+
+
 @functools.cache
 def _rank_holm() -> dict:
     """{(lambda, metric): Holm p} over the family of the page: lambda 0.1 and 1 x every metric (statsmodels)."""
-    from scipy import stats
     from statsmodels.stats.multitest import multipletests
 
     keys = [(wd, m) for wd in (0.1, 1.0) for m in RANK_METRICS]
-    ps = [stats.ttest_rel(*_rank_pairs(*k)).pvalue for k in keys]
+    ps = [_rank_p(*k) for k in keys]
     return dict(zip(keys, multipletests(ps, method="holm")[1]))
 
 
@@ -830,8 +836,8 @@ RECOMPUTED = {
             lambda: "The validation loss moves by {:+.4f} at lambda = 1 and {:+.4f} at lambda = 0.1".format(
                 *((lambda a, b: (a - b).mean())(*_rank_pairs(w, "final_val_loss")) for w in (1.0, 0.1))),
         "(paired p 0.106 and 0.346, Holm p 0.317 and 0.692)": lambda: "(paired p {:.3g} and {:.3g}, Holm p {:.3g} and "
-            "{:.3g})".format(*(__import__("scipy.stats").stats.ttest_rel(*_rank_pairs(w, "final_val_loss")).pvalue
-                               for w in (1.0, 0.1)), *(_rank_holm()[(w, "final_val_loss")] for w in (1.0, 0.1))),
+            "{:.3g})".format(*(_rank_p(w, "final_val_loss") for w in (1.0, 0.1)),
+                             *(_rank_holm()[(w, "final_val_loss")] for w in (1.0, 0.1))),
         "could have\ndetected a change of 0.0218 and 0.0289".replace("\n", " "):
             lambda: "could have detected a change of {:.4f} and {:.4f}".format(*map(_rank_detectable, (1.0, 0.1))),
         "(participation ratio\n1.30 of 16)".replace("\n", " "):
