@@ -243,16 +243,15 @@ def write_sweep_report(out_dir, *, mass: float = MASS) -> dict:
 
 
 def export_sweep(out_dir, dest) -> Path:
-    """Copy a sweep to ``dest`` for results/: sweep.toml, sweep.md, sweep.json and, per run, its config, metrics
+    """Copy a sweep to ``dest`` for results/: sweep.toml and, per run, its config, metrics
     and summary with rank/rank.json and rank/rank.md (no checkpoints, no plots): without a checkpoint the
-    copied rank.json is what the run's rank metrics are read from."""
+    copied rank.json is what the run's rank metrics are read from. Then write sweep.md and sweep.json there."""
     out_dir, dest = Path(out_dir), Path(dest)
-    report = write_sweep_report(out_dir)
+    report = sweep_report(out_dir)
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    for name in (SPEC_FILE, "sweep.md", "sweep.json"):
-        shutil.copy2(out_dir / name, dest / name)
+    shutil.copy2(out_dir / SPEC_FILE, dest / SPEC_FILE)
     for row in report["rows"]:
         src = Path(row["run_dir"])
         to = sweep_run_dir(dest, row["weight_decay"], row["seed"])
@@ -260,5 +259,5 @@ def export_sweep(out_dir, dest) -> Path:
         for name in (*SHIPPED_RUN_FILES, "rank/rank.json", "rank/rank.md"):
             if (src / name).is_file():
                 shutil.copy2(src / name, to / name)
-    write_sweep_report(dest)  # run_dir paths now point into dest
+    write_sweep_report(dest)  # sweep.md and sweep.json, with run_dir paths into dest
     return dest
