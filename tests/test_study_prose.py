@@ -106,14 +106,16 @@ def test_budgets_and_seeds_of_the_page():
     names = set(re.findall(r"<!-- RESULTS:([\w-]+):BEGIN", page)) | set(re.findall(r"HIJACK-PROTOCOL:([\w-]+):", page))
     threshold = {name for name in names if _results(name).get("convergence")}  # the re-runs to a threshold
     reruns = ("noisy-gates-1", "noisy-gates-2", "noisy-threshold-1", "noisy-threshold-2")
-    other_reruns = ("induction-gates",)
+    other = {"induction": ("induction-gates",), "mqar": ("mqar-gates-1",)}
+    other_reruns = sum(other.values(), ())
     assert threshold == set(reruns) | set(other_reruns)
     below = [v["variant"] for name in reruns for v in _results(name)["primary"]["variants"]
              if v.get("p_holm") is not None and v["p_holm"] < 0.05 and v["ci"]["high"] < 0]
     assert ("at the cap, only " + ", ".join(f"`{v}`" for v in below[:-1]) + f" and `{below[-1]}` end significantly "
             "below it after Holm") in CAPABILITY
     assert "the exceptions are the later re-runs to a threshold with 5 seeds (noisy recall: " + \
-        ", ".join(f"`{name}`" for name in reruns) + "; induction: " + ", ".join(f"`{name}`" for name in other_reruns) + \
+        ", ".join(f"`{name}`" for name in reruns) + "".join(
+            f"; {task}: " + ", ".join(f"`{name}`" for name in names) for task, names in other.items()) + \
         "; paired tests, Holm)" in CAPABILITY
     assert all(len(_results(name)["settings"]["seeds"]) == 5 for name in reruns + other_reruns)
     settings = {name: _results(name)["settings"] for name in names - threshold}
@@ -470,6 +472,78 @@ def test_the_linear_gates_prose_is_the_saved_runs():
     for v, (text, ci, p_holm) in zip(variants, _differences(name, variants, ("95% CI", "CI"))):
         assert f"`{v}` {text}" in page, (v, text)
         assert ci["high"] < 0 and p_holm < 0.05  # "both lower at the cap"
+
+
+def test_the_mqar_clamp_gates_prose_is_the_saved_runs():
+    """capability-mqar.md's section on mqar-gates-1, the summary page and the README: which seeds met the threshold
+    and when (each run's summary.json), the Kaplan-Meier medians and log-rank tests with Holm (statsmodels), where
+    the capped runs stood at steps 2000 and 3000 (metrics.jsonl), the primary metric's differences with scipy's
+    paired t-test and Holm, the 4T reading and the extra steps behind it, and the tokens/s."""
+    from scipy import stats
+    from statsmodels.stats.multitest import multipletests
+
+    name, variants = "mqar-gates-1", ("magnitude-causal", "magnitude-prefix")
+    page = summary_page = CAPABILITY  # the mqar page and the summary page, among the other capability pages
+    readme = _flat(ROOT / "README.md")
+    runs = {v: [_summary(name, v, s) for s in range(5)] for v in ("standard", *variants)}
+    steps = {v: [r["threshold_step"] for r in rs if r["converged"]] for v, rs in runs.items()}
+    assert len(steps["standard"]) == 5 and len(steps["magnitude-prefix"]) == 5
+    median = {v: statistics.median(steps[v]) for v in ("standard", "magnitude-prefix")}  # every run met it
+    assert f"at a median of {median['magnitude-prefix']:.0f} steps against `standard`'s {median['standard']:.0f}" in page
+    words = f"(median {median['magnitude-prefix']:.0f} steps against {median['standard']:.0f})"
+    assert words in summary_page and words in readme
+    met = steps["magnitude-causal"]
+    assert f"met it in {len(met)} of 5 seeds (at steps {met[0]} and {met[1]};" in page and len(met) == 2
+    assert f"the causal clamp gate in {len(met)} of 5 within 3000 steps" in summary_page
+    assert f"the causal one in {len(met)} of 5 within 3000 steps" in readme
+    assert all(r["max_steps"] == 3000 for rs in runs.values() for r in rs if not r["converged"])
+    logrank, adjusted = _logrank_and_holm(name, variants)
+    assert f"log-rank p = {logrank[1]:.3g})" in page and f"log-rank p = {logrank[0]:.3g})" in page
+    assert "after Holm's correction over the two ({:.3g} and {:.3g})".format(*adjusted) in page and max(adjusted) < 0.05
+
+    capped = [s for s in range(5) if not runs["magnitude-causal"][s]["converged"]]
+    at = {s: {step: 100 * _evals(name, "magnitude-causal", s)[step]["val_accuracy"] for step in (2000, 2500, 3000)}
+          for s in capped}
+    climbing, flat = capped[0], capped[1:]
+    assert at[climbing][3000] - at[climbing][2000] > 10  # "still climbing"
+    assert all(abs(at[s][3000] - at[s][2500]) < 3 for s in flat)  # "sat on the plateau"
+    assert (f"seed {climbing} was still climbing ({at[climbing][2000]:.2f}% at step 2000, {at[climbing][3000]:.2f}% "
+            "at 3000: not converged)") in page
+    assert ("seeds {} and {} sat on the plateau ({:.2f}% and {:.2f}% at step 2000, {:.2f}% and {:.2f}% at "
+            "3000)").format(*flat, *(at[s][2000] for s in flat), *(at[s][3000] for s in flat)) in page
+
+    acc = {v: [r["final_val_accuracy"] for r in rs] for v, rs in runs.items()}
+    ps = [stats.ttest_rel(acc[v], acc["standard"]).pvalue for v in variants]
+    holm = multipletests(ps, method="holm")[1]
+    diff = {v: 100 * (statistics.mean(acc[v]) - statistics.mean(acc["standard"])) for v in variants}
+    assert (f"`magnitude-prefix` is {diff['magnitude-prefix']:.2f} points above `standard` and `magnitude-causal` "
+            f"{-diff['magnitude-causal']:.2f} below, neither significant after Holm (p {holm[0]:.3g} each)") in page
+    assert f"{holm[1]:.3g}" == f"{holm[0]:.3g}" and min(holm) > 0.05
+
+    def last(v, s, key):  # the run's last evaluation with the key
+        return [json.loads(line) for line in (RESULTS / name / v / f"seed{s}" / "metrics.jsonl").read_text().splitlines()
+                if json.loads(line).get(key) is not None][-1][key]
+
+    long = {v: [100 * last(v, s, "length/128/accuracy") for s in range(5)] for v in ("standard", "magnitude-prefix")}
+    p_long = stats.ttest_rel(long["magnitude-prefix"], long["standard"]).pvalue
+    ps_long = [stats.ttest_rel([last(v, s, key) for s in range(5)], [last("standard", s, key) for s in range(5)]).pvalue
+               for key in ("val_accuracy", "length/64/accuracy", "length/128/accuracy") for v in variants]
+    holm_long = multipletests(ps_long, method="holm")[1][-1]  # the last test: magnitude-prefix at L = 128
+    assert (f"keeps {statistics.mean(long['magnitude-prefix']):.1f}% against `standard`'s "
+            f"{statistics.mean(long['standard']):.1f}% (+{statistics.mean(long['magnitude-prefix']) - statistics.mean(long['standard']):.1f} "
+            f"points, paired p {p_long:.2g}, Holm {holm_long:.2g} over the six length tests)") in page
+    assert holm_long > 0.05
+    extra = [p["threshold_step"] - s["threshold_step"] for p, s in zip(runs["magnitude-prefix"], runs["standard"])]
+    longer = [e for e in extra if e > 0]
+    assert (f"{dict(enumerate(('no', 'one', 'two', 'three', 'four', 'all')))[len(longer)]} of the five prefix-gate "
+            f"runs trained {min(longer)}-"
+            f"{max(longer)} steps longer than the same seed's `standard` run (one {-min(extra)} steps shorter)") in page
+    assert len(longer) == 4 and min(extra) < 0
+
+    speed = {v: statistics.mean(r["tokens_per_s"] for r in rs) for v, rs in runs.items()}
+    assert "The gates ran at {:,.0f} and {:,.0f} tokens/s, `standard` at {:,.0f}".format(
+        speed["magnitude-causal"], speed["magnitude-prefix"], speed["standard"]) in page
+    assert "({:.2f}x and {:.2f}x;".format(*(speed[v] / speed["standard"] for v in variants)) in page
 
 
 def test_the_readme_line_on_the_gates_is_the_saved_runs():
