@@ -76,7 +76,7 @@ LEADERBOARD = ("dilution-mqar-1", "dilution-mqar-2", "dilution-mqar-3", "dilutio
                "dilution-lm-1", "dilution-lm-2", "dilution-lm-3", "dilution-lm-4", "dilution-lm-5", "dilution-rope-lm", "dilution-rope-lm-2",
                "dilution-alibi-lm", "dilution-nope-lm",
                "hijack-v2-1", "hijack-v2-2", "hijack-v2-2-causal", "hijack-v2-4", "hijack-v2-5", "hijack-v2-1-h100", "hijack-v2-6",
-               "recall-mqar-1", "recall-mqar-2", "recall-mqar-3", "recall-mqar-4", "mqar-gates-1",
+               "recall-mqar-1", "recall-mqar-2", "recall-mqar-3", "recall-mqar-4", "mqar-gates-1", "mqar-gates-2",
                "recall-induction", "recall-induction-2", "induction-gates",
                "recall-selective-copy-1", "recall-selective-copy-2", "recall-selective-copy-3",
                "recall-noisy-recall-1", "recall-noisy-recall-2", "recall-noisy-recall-3",

@@ -59,7 +59,7 @@ EXTRA_DIRS = {"magnitude-long.md": ("hijack-mixed-2", "hijack-mixed-3"),
               "../heads.md": ("recall-noisy-recall-3", "hijack-mixed-1", "hijack-mixed-2"),
               # the summary page quotes each task's page; its hijack numbers are test_study_prose.py's
               "capability.md": (*(f"recall-{task}-{part}" for task in ("mqar", "noisy-recall") for part in (1, 2, 3)),
-                                "induction-gates", "mqar-gates-1"),
+                                "induction-gates", "mqar-gates-1", "mqar-gates-2"),
               # noisy recall compares its variants with their mqar runs (the same forms without the noise token)
               "capability-noisy-recall.md": ("recall-mqar-1", "recall-mqar-2")}
 

@@ -106,7 +106,7 @@ def test_budgets_and_seeds_of_the_page():
     names = set(re.findall(r"<!-- RESULTS:([\w-]+):BEGIN", page)) | set(re.findall(r"HIJACK-PROTOCOL:([\w-]+):", page))
     threshold = {name for name in names if _results(name).get("convergence")}  # the re-runs to a threshold
     reruns = ("noisy-gates-1", "noisy-gates-2", "noisy-threshold-1", "noisy-threshold-2")
-    other = {"induction": ("induction-gates",), "mqar": ("mqar-gates-1",)}
+    other = {"induction": ("induction-gates",), "mqar": ("mqar-gates-1", "mqar-gates-2")}
     other_reruns = sum(other.values(), ())
     assert threshold == set(reruns) | set(other_reruns)
     below = [v["variant"] for name in reruns for v in _results(name)["primary"]["variants"]
@@ -494,8 +494,8 @@ def test_the_mqar_clamp_gates_prose_is_the_saved_runs():
     assert words in summary_page and words in readme
     met = steps["magnitude-causal"]
     assert f"met it in {len(met)} of 5 seeds (at steps {met[0]} and {met[1]};" in page and len(met) == 2
-    assert f"the causal clamp gate in {len(met)} of 5 within 3000 steps" in summary_page
-    assert f"the causal one in {len(met)} of 5 within 3000 steps" in readme
+    assert f"the causal clamp gate in {len(met)} of 5 and" in summary_page
+    assert f"the causal clamp gate in {len(met)} of 5 and" in readme
     assert all(r["max_steps"] == 3000 for rs in runs.values() for r in rs if not r["converged"])
     logrank, adjusted = _logrank_and_holm(name, variants)
     assert f"log-rank p = {logrank[1]:.3g})" in page and f"log-rank p = {logrank[0]:.3g})" in page
@@ -544,6 +544,78 @@ def test_the_mqar_clamp_gates_prose_is_the_saved_runs():
     assert "The gates ran at {:,.0f} and {:,.0f} tokens/s, `standard` at {:,.0f}".format(
         speed["magnitude-causal"], speed["magnitude-prefix"], speed["standard"]) in page
     assert "({:.2f}x and {:.2f}x;".format(*(speed[v] / speed["standard"] for v in variants)) in page
+
+
+def test_the_mqar_linear_gates_prose_is_the_saved_runs():
+    """capability-mqar.md's section on mqar-gates-2, its sentence across both parts, the summary page and the README:
+    which seeds met the threshold and when, the medians and log-rank tests with Holm (statsmodels), where the capped
+    runs stood (metrics.jsonl), the primary metric's differences with scipy's paired t-test and Holm beside
+    results.json's detectable difference, the 4T accuracies and the tokens/s."""
+    from scipy import stats
+    from statsmodels.stats.multitest import multipletests
+
+    name, variants = "mqar-gates-2", ("magnitude-causal-linear", "magnitude-prefix-linear")
+    page, readme = CAPABILITY, _flat(ROOT / "README.md")
+    runs = {v: [_summary(name, v, s) for s in range(5)] for v in ("standard", *variants)}
+    steps = {v: [r["threshold_step"] for r in rs if r["converged"]] for v, rs in runs.items()}
+    assert len(steps["standard"]) == len(steps["magnitude-prefix-linear"]) == 5
+    median = {v: statistics.median(steps[v]) for v in ("standard", "magnitude-prefix-linear")}
+    assert (f"met the threshold in all 5 seeds, at a median of {median['magnitude-prefix-linear']:.0f} steps against "
+            f"`standard`'s {median['standard']:.0f}") in page
+    assert f"one seed took {max(steps['magnitude-prefix-linear'])} steps" in page
+    words = f"(median {median['magnitude-prefix-linear']:.0f} steps against {median['standard']:.0f})"
+    assert words in page and words in readme  # the summary page and README: both prefix gates share the median
+    assert statistics.median(steps["magnitude-prefix-linear"]) == statistics.median(
+        [_summary("mqar-gates-1", "magnitude-prefix", s)["threshold_step"] for s in range(5)])
+    met = steps["magnitude-causal-linear"]
+    assert f"met it in {len(met)} of 5 seeds (at step {met[0]};" in page and len(met) == 1
+    assert f"the causal linear gate in {len(met)} of 5 within 3000 steps" in page
+    assert f"the causal linear gate in {len(met)} of 5 within 3000 steps" in readme
+    logrank, adjusted = _logrank_and_holm(name, variants)
+    assert f"log-rank p = {logrank[0]:.3g})" in page and f"log-rank p = {logrank[1]:.3g})" in page
+    assert "after Holm's correction over the two ({:.3g} and {:.3g})".format(*adjusted) in page and max(adjusted) < 0.05
+
+    def at(s, step):
+        return 100 * _evals(name, "magnitude-causal-linear", s)[step]["val_accuracy"]
+
+    capped = [s for s in range(5) if not runs["magnitude-causal-linear"][s]["converged"]]
+    climbing = [s for s in capped if at(s, 3000) - at(s, 2000) > 10]
+    flat = [s for s in capped if abs(at(s, 3000) - at(s, 2500)) < 3]
+    assert len(climbing) == 1 and sorted(climbing + flat) == capped
+    assert (f"seed {climbing[0]} was climbing at the cap ({at(climbing[0], 2000):.2f}% at step 2000, "
+            f"{at(climbing[0], 3000):.2f}% at 3000: not converged)") in page
+    assert "seeds {}, {} and {} sat on the plateau at {:.2f}%, {:.2f}% and {:.2f}%".format(
+        *flat, *(at(s, 3000) for s in flat)) in page
+    assert f"within 3000 steps two of these five seeds left it" in page and len(met) + len(climbing) == 2
+
+    acc = {v: [r["final_val_accuracy"] for r in rs] for v, rs in runs.items()}
+    holm = multipletests([stats.ttest_rel(acc[v], acc["standard"]).pvalue for v in variants], method="holm")[1]
+    diff = {v: 100 * (statistics.mean(acc["standard"]) - statistics.mean(acc[v])) for v in variants}
+    detectable = {r["variant"]: r.get("detectable") for r in _results(name)["primary"]["variants"]}
+    assert (f"`magnitude-causal-linear` is {diff['magnitude-causal-linear']:.2f} points below `standard` (Holm p "
+            f"{holm[0]:.3g}, significant: four of its five runs ended at the cap) and `magnitude-prefix-linear` "
+            f"{diff['magnitude-prefix-linear']:.2f} below (Holm p {holm[1]:.3g}; the seeds could detect "
+            f"{100 * detectable['magnitude-prefix-linear']:.2f} points)") in page
+    assert holm[0] < 0.05 < holm[1] and len(capped) == 4
+
+    def last(v, s):  # the accuracy at L = 128 at the run's last evaluation
+        rows = [json.loads(line) for line in (RESULTS / name / v / f"seed{s}" / "metrics.jsonl").read_text().splitlines()]
+        return 100 * [r for r in rows if r.get("length/128/accuracy") is not None][-1]["length/128/accuracy"]
+
+    long = {v: [last(v, s) for s in range(5)] for v in ("standard", "magnitude-prefix-linear")}
+    assert "({:.1f}% against {:.1f}% at L = 128)".format(
+        statistics.mean(long["magnitude-prefix-linear"]), statistics.mean(long["standard"])) in page
+    adjusted_long = [r["at"][k]["p_holm"] for r in _results(name)["length"]["variants"] if r["variant"] in variants
+                     for k in ("T", "64", "128")]
+    assert min(adjusted_long) > 0.05  # "no difference is significant after Holm"
+
+    speed = {v: statistics.mean(r["tokens_per_s"] for r in rs) for v, rs in runs.items()}
+    assert "{:,.0f} and {:,.0f} tokens/s against `standard`'s {:,.0f} ({:.2f}x and {:.2f}x;".format(
+        *(speed[v] for v in variants), speed["standard"], *(speed[v] / speed["standard"] for v in variants)) in page
+
+    causal = {v: sum(_summary(part, v, s)["converged"] for s in range(5))
+              for part, v in (("mqar-gates-1", "magnitude-causal"), (name, "magnitude-causal-linear"))}
+    assert f"met the threshold in {sum(causal.values())} of 10 seeds within 3000 steps, and two more capped runs" in page
 
 
 def test_the_readme_line_on_the_gates_is_the_saved_runs():
