@@ -45,6 +45,12 @@ def _evals(name: str, variant: str, seed: int) -> dict[int, dict]:
     return {r["step"]: r for r in rows if r.get("val_loss") is not None}
 
 
+def _last_eval(name: str, variant: str, seed: int, key: str) -> float:
+    """A metric at one run's last evaluation (where it stopped: at its threshold or its cap)."""
+    evals = _evals(name, variant, seed)
+    return evals[max(evals)][key]
+
+
 def _summary(name: str, variant: str, seed: int) -> dict:
     """One run's summary.json (status, threshold step, final metrics)."""
     return json.loads((RESULTS / name / variant / f"seed{seed}" / "summary.json").read_text())
@@ -520,13 +526,12 @@ def test_the_mqar_clamp_gates_prose_is_the_saved_runs():
             f"{-diff['magnitude-causal']:.2f} below, neither significant after Holm (p {holm[0]:.3g} each)") in page
     assert f"{holm[1]:.3g}" == f"{holm[0]:.3g}" and min(holm) > 0.05
 
-    def last(v, s, key):  # the run's last evaluation with the key
-        return [json.loads(line) for line in (RESULTS / name / v / f"seed{s}" / "metrics.jsonl").read_text().splitlines()
-                if json.loads(line).get(key) is not None][-1][key]
+    def last(v, key):
+        return [_last_eval(name, v, s, key) for s in range(5)]
 
-    long = {v: [100 * last(v, s, "length/128/accuracy") for s in range(5)] for v in ("standard", "magnitude-prefix")}
+    long = {v: [100 * x for x in last(v, "length/128/accuracy")] for v in ("standard", "magnitude-prefix")}
     p_long = stats.ttest_rel(long["magnitude-prefix"], long["standard"]).pvalue
-    ps_long = [stats.ttest_rel([last(v, s, key) for s in range(5)], [last("standard", s, key) for s in range(5)]).pvalue
+    ps_long = [stats.ttest_rel(last(v, key), last("standard", key)).pvalue
                for key in ("val_accuracy", "length/64/accuracy", "length/128/accuracy") for v in variants]
     holm_long = multipletests(ps_long, method="holm")[1][-1]  # the last test: magnitude-prefix at L = 128
     assert (f"keeps {statistics.mean(long['magnitude-prefix']):.1f}% against `standard`'s "
@@ -598,11 +603,8 @@ def test_the_mqar_linear_gates_prose_is_the_saved_runs():
             f"{100 * detectable['magnitude-prefix-linear']:.2f} points)") in page
     assert holm[0] < 0.05 < holm[1] and len(capped) == 4
 
-    def last(v, s):  # the accuracy at L = 128 at the run's last evaluation
-        rows = [json.loads(line) for line in (RESULTS / name / v / f"seed{s}" / "metrics.jsonl").read_text().splitlines()]
-        return 100 * [r for r in rows if r.get("length/128/accuracy") is not None][-1]["length/128/accuracy"]
-
-    long = {v: [last(v, s) for s in range(5)] for v in ("standard", "magnitude-prefix-linear")}
+    long = {v: [100 * _last_eval(name, v, s, "length/128/accuracy") for s in range(5)]
+            for v in ("standard", "magnitude-prefix-linear")}
     assert "({:.1f}% against {:.1f}% at L = 128)".format(
         statistics.mean(long["magnitude-prefix-linear"]), statistics.mean(long["standard"])) in page
     adjusted_long = [r["at"][k]["p_holm"] for r in _results(name)["length"]["variants"] if r["variant"] in variants
