@@ -426,19 +426,26 @@ def _logrank_and_holm(name: str, variants) -> tuple[list[float], list[float]]:
     return ps, list(multipletests(ps, method="holm")[1])
 
 
-def _differences(name: str, variants, ci_words) -> list[tuple[str, dict, float]]:
-    """For each variant: the page's "−d points (CI [lo, hi], Holm p = q)" text, its CI and Holm p. The difference of
-    the mean final accuracy from standard's and scipy's paired t-test with Holm (statsmodels) come from each run's
-    summary.json; the BCa interval (not recomputable without the report's resampling) from results.json."""
+def _paired_holm(name: str, variants) -> dict[str, tuple[float, float]]:
+    """For each variant: its mean final accuracy minus standard's, in points, and scipy's paired t-test against
+    standard with Holm's adjustment over the variants (statsmodels), from each run's summary.json (seeds 0-4)."""
     from scipy import stats
     from statsmodels.stats.multitest import multipletests
 
     acc = {v: [_summary(name, v, s)["final_val_accuracy"] for s in range(5)] for v in ("standard", *variants)}
     holm = multipletests([stats.ttest_rel(acc[v], acc["standard"]).pvalue for v in variants], method="holm")[1]
+    return {v: (100 * (statistics.mean(acc[v]) - statistics.mean(acc["standard"])), p) for v, p in zip(variants, holm)}
+
+
+def _differences(name: str, variants, ci_words) -> list[tuple[str, dict, float]]:
+    """For each variant: the page's "−d points (CI [lo, hi], Holm p = q)" text, its CI and Holm p. The difference
+    and the Holm-adjusted paired test are _paired_holm's; the BCa interval (not recomputable without the report's
+    resampling) comes from results.json."""
+    tests = _paired_holm(name, variants)
     primary = {r["variant"]: r for r in _results(name)["primary"]["variants"]}
     out = []
-    for v, p_holm, word in zip(variants, holm, ci_words):
-        diff = 100 * (statistics.mean(acc[v]) - statistics.mean(acc["standard"]))
+    for v, word in zip(variants, ci_words):
+        diff, p_holm = tests[v]
         ci = primary[v]["ci"]
         text = (f"{diff:.2f} points ({word} [{100 * ci['low']:.2f}, {100 * ci['high']:.2f}]".replace("-", "−")
                 + f", Holm p = {p_holm:.3g})")
@@ -518,10 +525,9 @@ def test_the_mqar_clamp_gates_prose_is_the_saved_runs():
     assert ("seeds {} and {} sat on the plateau ({:.2f}% and {:.2f}% at step 2000, {:.2f}% and {:.2f}% at "
             "3000)").format(*flat, *(at[s][2000] for s in flat), *(at[s][3000] for s in flat)) in page
 
-    acc = {v: [r["final_val_accuracy"] for r in rs] for v, rs in runs.items()}
-    ps = [stats.ttest_rel(acc[v], acc["standard"]).pvalue for v in variants]
-    holm = multipletests(ps, method="holm")[1]
-    diff = {v: 100 * (statistics.mean(acc[v]) - statistics.mean(acc["standard"])) for v in variants}
+    tests = _paired_holm(name, variants)
+    diff = {v: tests[v][0] for v in variants}
+    holm = [tests[v][1] for v in variants]
     assert (f"`magnitude-prefix` is {diff['magnitude-prefix']:.2f} points above `standard` and `magnitude-causal` "
             f"{-diff['magnitude-causal']:.2f} below, neither significant after Holm (p {holm[0]:.3g} each)") in page
     assert f"{holm[1]:.3g}" == f"{holm[0]:.3g}" and min(holm) > 0.05
@@ -556,9 +562,6 @@ def test_the_mqar_linear_gates_prose_is_the_saved_runs():
     which seeds met the threshold and when, the medians and log-rank tests with Holm (statsmodels), where the capped
     runs stood (metrics.jsonl), the primary metric's differences with scipy's paired t-test and Holm beside
     results.json's detectable difference, the 4T accuracies and the tokens/s."""
-    from scipy import stats
-    from statsmodels.stats.multitest import multipletests
-
     name, variants = "mqar-gates-2", ("magnitude-causal-linear", "magnitude-prefix-linear")
     page, readme = CAPABILITY, _flat(ROOT / "README.md")
     runs = {v: [_summary(name, v, s) for s in range(5)] for v in ("standard", *variants)}
@@ -591,11 +594,11 @@ def test_the_mqar_linear_gates_prose_is_the_saved_runs():
             f"{at(climbing[0], 3000):.2f}% at 3000: not converged)") in page
     assert "seeds {}, {} and {} sat on the plateau at {:.2f}%, {:.2f}% and {:.2f}%".format(
         *flat, *(at(s, 3000) for s in flat)) in page
-    assert f"within 3000 steps two of these five seeds left it" in page and len(met) + len(climbing) == 2
+    assert "within 3000 steps two of these five seeds left it" in page and len(met) + len(climbing) == 2
 
-    acc = {v: [r["final_val_accuracy"] for r in rs] for v, rs in runs.items()}
-    holm = multipletests([stats.ttest_rel(acc[v], acc["standard"]).pvalue for v in variants], method="holm")[1]
-    diff = {v: 100 * (statistics.mean(acc["standard"]) - statistics.mean(acc[v])) for v in variants}
+    tests = _paired_holm(name, variants)
+    diff = {v: -tests[v][0] for v in variants}  # points below standard
+    holm = [tests[v][1] for v in variants]
     detectable = {r["variant"]: r.get("detectable") for r in _results(name)["primary"]["variants"]}
     assert (f"`magnitude-causal-linear` is {diff['magnitude-causal-linear']:.2f} points below `standard` (Holm p "
             f"{holm[0]:.3g}, significant: four of its five runs ended at the cap) and `magnitude-prefix-linear` "
