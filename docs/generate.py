@@ -78,7 +78,7 @@ LEADERBOARD = ("dilution-mqar-1", "dilution-mqar-2", "dilution-mqar-3", "dilutio
                "hijack-v2-1", "hijack-v2-2", "hijack-v2-2-causal", "hijack-v2-4", "hijack-v2-5", "hijack-v2-1-h100", "hijack-v2-6",
                "recall-mqar-1", "recall-mqar-2", "recall-mqar-3", "recall-mqar-4", "mqar-gates-1", "mqar-gates-2",
                "recall-induction", "recall-induction-2", "induction-gates",
-               "recall-selective-copy-1", "recall-selective-copy-2", "recall-selective-copy-3",
+               "recall-selective-copy-1", "recall-selective-copy-2", "recall-selective-copy-3", "selective-copy-gates",
                "recall-noisy-recall-1", "recall-noisy-recall-2", "recall-noisy-recall-3",
                "magnitude", "boneless", "heads-1", "heads-2", "magnitude-long", "magnitude-long-2")
 LEFT_OFF = {

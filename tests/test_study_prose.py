@@ -112,7 +112,8 @@ def test_budgets_and_seeds_of_the_page():
     names = set(re.findall(r"<!-- RESULTS:([\w-]+):BEGIN", page)) | set(re.findall(r"HIJACK-PROTOCOL:([\w-]+):", page))
     threshold = {name for name in names if _results(name).get("convergence")}  # the re-runs to a threshold
     reruns = ("noisy-gates-1", "noisy-gates-2", "noisy-threshold-1", "noisy-threshold-2")
-    other = {"induction": ("induction-gates",), "mqar": ("mqar-gates-1", "mqar-gates-2")}
+    other = {"induction": ("induction-gates",), "mqar": ("mqar-gates-1", "mqar-gates-2"),
+             "selective copy": ("selective-copy-gates",)}
     other_reruns = sum(other.values(), ())
     assert threshold == set(reruns) | set(other_reruns)
     below = [v["variant"] for name in reruns for v in _results(name)["primary"]["variants"]
@@ -621,6 +622,60 @@ def test_the_mqar_linear_gates_prose_is_the_saved_runs():
     causal = {v: sum(_summary(part, v, s)["converged"] for s in range(5))
               for part, v in (("mqar-gates-1", "magnitude-causal"), (name, "magnitude-causal-linear"))}
     assert f"met the threshold in {sum(causal.values())} of 10 seeds within 3000 steps, and two more capped runs" in page
+
+
+
+def test_the_selective_copy_gates_prose_is_the_saved_runs():
+    """capability-selective-copy.md's section on selective-copy-gates, the summary page and the README: every run met
+    the threshold, the medians, the log-rank tests with Holm (statsmodels), the delay 5 seeds could detect (statsmodels'
+    two-sample t-test power from the observed spread of the steps), the primary metric's paired differences with
+    scipy and Holm beside results.json's detectable differences, and the tokens/s, from each run's summary.json."""
+    from statsmodels.stats.power import TTestIndPower
+
+    name = "selective-copy-gates"
+    variants = ("magnitude-causal", "magnitude-prefix", "magnitude-causal-linear", "magnitude-prefix-linear")
+    page, readme = CAPABILITY, _flat(ROOT / "README.md")
+    runs = {v: [_summary(name, v, s) for s in range(5)] for v in ("standard", *variants)}
+    assert all(r["converged"] and r["max_steps"] == 2000 for rs in runs.values() for r in rs)
+    assert f"All {sum(map(len, runs.values()))} runs met the threshold within the cap" in page
+    steps = {v: [r["threshold_step"] for r in rs] for v, rs in runs.items()}
+    median = {v: statistics.median(xs) for v, xs in steps.items()}  # every run met it: the plain median
+    by_median = sorted(variants, key=lambda v: (median[v], variants.index(v)))
+    assert (f"`standard` at a median of {median['standard']:.0f} steps ({min(steps['standard'])}-"
+            f"{max(steps['standard'])}), " + ", ".join(f"`{v}` at {median[v]:.0f}" for v in by_median[:-1])
+            + f" and `{by_median[-1]}` at {median[by_median[-1]]:.0f}.") in page
+    span = f"at a median of {min(median[v] for v in variants):.0f}-{max(median[v] for v in variants):.0f} steps"
+    assert f"{span} against `standard`'s {median['standard']:.0f}" in page
+    assert (f"(median {min(median[v] for v in variants):.0f}-{max(median[v] for v in variants):.0f} steps against "
+            f"softmax's {median['standard']:.0f}, no difference significant)") in readme
+    logrank, adjusted = _logrank_and_holm(name, variants)
+    assert ("(p = {:.3g}, {:.3g}, {:.3g} and {:.3g}; Holm over the four {:.3g}, {:.3g}, {:.3g} and {:.3g})".format(
+        *logrank, *adjusted)) in page and min(adjusted) > 0.05
+
+    delay = [statistics.mean(steps[v]) - statistics.mean(steps["standard"]) for v in variants]
+    assert (f"The gates' mean steps are {min(delay):.0f}-{max(delay):.0f} above `standard`'s "
+            f"{statistics.mean(steps['standard']):.0f}.") in page and min(delay) > 0
+    effect = TTestIndPower().solve_power(nobs1=5, alpha=0.05, power=0.8, ratio=1)  # Cohen's d at 80% power
+    detectable = [effect * math.sqrt((statistics.variance(steps[v]) + statistics.variance(steps["standard"])) / 2)
+                  for v in variants]
+    assert f"would detect a delay of about {min(detectable):.0f}-{max(detectable):.0f} steps with 80% power" in page
+    assert f"would have shown only a delay of about {min(detectable):.0f}-{max(detectable):.0f} steps" in page
+    assert max(delay) < min(detectable)  # "smaller delays, like the ones measured"
+
+    tests = _paired_holm(name, variants)
+    diffs = [tests[v][0] for v in variants]
+    final = statistics.mean(r["final_val_accuracy"] for r in runs["standard"])
+    det = [r["detectable"] for r in _results(name)["primary"]["variants"] if r["variant"] in variants]
+    assert (f"every gate is within {-min(diffs):.2f} points of `standard`'s {100 * final:.2f}% (paired differences "
+            f"−{-max(diffs):.2f} to −{-min(diffs):.2f}, Holm p >= {min(p for _, p in tests.values()):.3g}; the seeds "
+            f"could detect {100 * min(det):.2f}-{100 * max(det):.2f} points)") in page
+    assert max(diffs) < 0 and min(p for _, p in tests.values()) > 0.05
+
+    speed = {v: statistics.mean(r["tokens_per_s"] for r in rs) for v, rs in runs.items()}
+    gates = [speed[v] for v in variants]
+    ratio = [x / speed["standard"] for x in gates]
+    assert ("The gates ran at {:,.0f}-{:,.0f} tokens/s, `standard` at {:,.0f} in the same grid ({:.2f}-{:.2f}x;"
+            ).format(min(gates), max(gates), speed["standard"], min(ratio), max(ratio)) in page
 
 
 def test_the_readme_line_on_the_gates_is_the_saved_runs():
