@@ -147,6 +147,23 @@ def test_results_blocks_are_the_shipped_runs():
             assert block == expected, f"{page}: RESULTS:{name}"
 
 
+
+def test_the_studies_index_names_each_studys_raw_logs():
+    """Each row of the studies index names, in its raw-logs column, every results/ directory that the row's pages
+    show in a generated block, and only directories that exist."""
+    block = re.compile(r"<!-- (?:RESULTS|LOWRANK-ERROR|HIJACK-PROTOCOL|SWEEP|RANK-SWEEP):([\w-]+)[:\w-]*:BEGIN -->")
+    table = (DOCS / "studies" / "index.md").read_text().split("\n## ")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| [")]
+    assert len(rows) >= 8
+    for row in rows:
+        study, *_, logs = row.strip("| ").split(" | ")
+        pages = re.findall(r"\]\(([\w-]+\.md)\)", study)
+        shown = {name for page in pages for name in block.findall((DOCS / "studies" / page).read_text())}
+        listed = set(re.findall(r"`results/([\w-]+)/`", logs))
+        assert shown <= listed, (pages[0], sorted(shown - listed))
+        assert all((ROOT / "results" / name).is_dir() for name in listed), (pages[0], listed)
+
+
 def test_images_exist():
     """Every image on a page is a file (the plots: results/**/*.png, which docs/hooks.py publishes under results/)."""
     for page, text in {**_pages(), "../README.md": README}.items():
