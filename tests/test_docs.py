@@ -147,7 +147,6 @@ def test_results_blocks_are_the_shipped_runs():
             assert block == expected, f"{page}: RESULTS:{name}"
 
 
-
 def test_the_studies_index_names_each_studys_raw_logs():
     """Each row of the studies index names, in its raw-logs column, every results/ directory that the row's pages
     show in a generated block, and only directories that exist."""
