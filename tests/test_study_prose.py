@@ -56,6 +56,16 @@ def _summary(name: str, variant: str, seed: int) -> dict:
     return json.loads((RESULTS / name / variant / f"seed{seed}" / "summary.json").read_text())
 
 
+def _runs(name: str, variants) -> dict[str, list[dict]]:
+    """{variant: the summary.json of seeds 0-4} for standard and each of variants (a re-run to a threshold)."""
+    return {v: [_summary(name, v, s) for s in range(5)] for v in ("standard", *variants)}
+
+
+def _tokens_per_s(runs: dict[str, list[dict]]) -> dict[str, float]:
+    """{variant: the mean tokens/s of its runs} from _runs' summaries."""
+    return {v: statistics.mean(r["tokens_per_s"] for r in rs) for v, rs in runs.items()}
+
+
 def _seeds(name: str, variant: str) -> list[int]:
     return sorted(int(p.name[4:]) for p in (RESULTS / name / variant).glob("seed*"))
 
@@ -461,8 +471,7 @@ def test_the_linear_gates_prose_is_the_saved_runs():
 
     name, variants = "noisy-gates-2", ("magnitude-causal-linear", "magnitude-prefix-linear")
     page = NOISY_RECALL
-    summary = {v: [_summary(name, v, s) for s in range(5)]
-               for v in ("standard", *variants)}
+    summary = _runs(name, variants)
     assert all(r["converged"] for r in summary["standard"]) and max(r["threshold_step"] for r in summary["standard"]) == 700
     assert not any(r["converged"] for v in variants for r in summary[v]) and "(0 of 5 each" in page
     conv = {r["variant"]: r for r in _results(name)["convergence"]["variants"]}
@@ -499,7 +508,7 @@ def test_the_mqar_clamp_gates_prose_is_the_saved_runs():
     name, variants = "mqar-gates-1", ("magnitude-causal", "magnitude-prefix")
     page = summary_page = CAPABILITY  # the mqar page and the summary page, among the other capability pages
     readme = _flat(ROOT / "README.md")
-    runs = {v: [_summary(name, v, s) for s in range(5)] for v in ("standard", *variants)}
+    runs = _runs(name, variants)
     steps = {v: [r["threshold_step"] for r in rs if r["converged"]] for v, rs in runs.items()}
     assert len(steps["standard"]) == 5 and len(steps["magnitude-prefix"]) == 5
     median = {v: statistics.median(steps[v]) for v in ("standard", "magnitude-prefix")}  # every run met it
@@ -552,7 +561,7 @@ def test_the_mqar_clamp_gates_prose_is_the_saved_runs():
             f"{max(longer)} steps longer than the same seed's `standard` run (one {-min(extra)} steps shorter)") in page
     assert len(longer) == 4 and min(extra) < 0
 
-    speed = {v: statistics.mean(r["tokens_per_s"] for r in rs) for v, rs in runs.items()}
+    speed = _tokens_per_s(runs)
     assert "The gates ran at {:,.0f} and {:,.0f} tokens/s, `standard` at {:,.0f}".format(
         speed["magnitude-causal"], speed["magnitude-prefix"], speed["standard"]) in page
     assert "({:.2f}x and {:.2f}x;".format(*(speed[v] / speed["standard"] for v in variants)) in page
@@ -565,7 +574,7 @@ def test_the_mqar_linear_gates_prose_is_the_saved_runs():
     results.json's detectable difference, the 4T accuracies and the tokens/s."""
     name, variants = "mqar-gates-2", ("magnitude-causal-linear", "magnitude-prefix-linear")
     page, readme = CAPABILITY, _flat(ROOT / "README.md")
-    runs = {v: [_summary(name, v, s) for s in range(5)] for v in ("standard", *variants)}
+    runs = _runs(name, variants)
     steps = {v: [r["threshold_step"] for r in rs if r["converged"]] for v, rs in runs.items()}
     assert len(steps["standard"]) == len(steps["magnitude-prefix-linear"]) == 5
     median = {v: statistics.median(steps[v]) for v in ("standard", "magnitude-prefix-linear")}
@@ -615,7 +624,7 @@ def test_the_mqar_linear_gates_prose_is_the_saved_runs():
                      for k in ("T", "64", "128")]
     assert min(adjusted_long) > 0.05  # "no difference is significant after Holm"
 
-    speed = {v: statistics.mean(r["tokens_per_s"] for r in rs) for v, rs in runs.items()}
+    speed = _tokens_per_s(runs)
     assert "{:,.0f} and {:,.0f} tokens/s against `standard`'s {:,.0f} ({:.2f}x and {:.2f}x;".format(
         *(speed[v] for v in variants), speed["standard"], *(speed[v] / speed["standard"] for v in variants)) in page
 
@@ -634,7 +643,7 @@ def test_the_selective_copy_gates_prose_is_the_saved_runs():
     name = "selective-copy-gates"
     variants = ("magnitude-causal", "magnitude-prefix", "magnitude-causal-linear", "magnitude-prefix-linear")
     page, readme = CAPABILITY, _flat(ROOT / "README.md")
-    runs = {v: [_summary(name, v, s) for s in range(5)] for v in ("standard", *variants)}
+    runs = _runs(name, variants)
     assert all(r["converged"] and r["max_steps"] == 2000 for rs in runs.values() for r in rs)
     assert f"All {sum(map(len, runs.values()))} runs met the threshold within the cap" in page
     steps = {v: [r["threshold_step"] for r in rs] for v, rs in runs.items()}
@@ -669,7 +678,7 @@ def test_the_selective_copy_gates_prose_is_the_saved_runs():
             f"could detect {100 * min(det):.2f}-{100 * max(det):.2f} points)") in page
     assert max(diffs) < 0 and min(p for _, p in tests.values()) > 0.05
 
-    speed = {v: statistics.mean(r["tokens_per_s"] for r in rs) for v, rs in runs.items()}
+    speed = _tokens_per_s(runs)
     gates = [speed[v] for v in variants]
     ratio = [x / speed["standard"] for x in gates]
     assert ("The gates ran at {:,.0f}-{:,.0f} tokens/s, `standard` at {:,.0f} in the same grid ({:.2f}-{:.2f}x;"
@@ -701,7 +710,7 @@ def test_the_threshold_reruns_prose_is_the_saved_runs():
     name, variants = "noisy-threshold-1", ("identity-qk", "residual-qk", "low-rank")
     page = NOISY_RECALL
     assert all(_seeds(name, v) == [0, 1, 2, 3, 4] for v in ("standard", *variants))
-    runs = {v: [_summary(name, v, s) for s in range(5)] for v in ("standard", *variants)}
+    runs = _runs(name, variants)
     for v in variants:
         met = sum(r["converged"] for r in runs[v])
         assert f"`{v}`{' met it' if v == variants[0] else ''} in {met} of 5" in page, v
@@ -750,7 +759,7 @@ def test_moh_and_coda_to_a_threshold_prose_is_the_saved_runs():
     name, variants = "noisy-threshold-2", ("moh", "coda")
     page = NOISY_RECALL
     assert all(_seeds(name, v) == [0, 1, 2, 3, 4] for v in ("standard", *variants))
-    runs = {v: [_summary(name, v, s) for s in range(5)] for v in ("standard", *variants)}
+    runs = _runs(name, variants)
     met = {v: [s for s in range(5) if runs[v][s]["converged"]] for v in variants}
     steps = {v: [runs[v][s]["threshold_step"] for s in met[v]] for v in variants}
     assert f"`moh` met it in {len(met['moh'])} of 5 seeds (at step {steps['moh'][0]})" in page and len(met["moh"]) == 1
