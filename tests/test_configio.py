@@ -283,6 +283,9 @@ def test_a_table_after_its_own_sub_keys_is_an_error_not_a_silent_reset(presets):
     ("train.device=tpu", ["train.device='tpu'", "'cuda'"]),
     ("train.min_lr=0.1", ["train.min_lr=0.1", "train.lr"]),
     ("train.warmup_steps=-1", ["train.warmup_steps=-1", ">= 0"]),  # (a warmup longer than the run is cut to it)
+    ("train.decay_steps=0", ["train.decay_steps=0", ">= 1"]),
+    ("train.decay_steps=3", ["train.decay_steps=3", "train.warmup_steps=5"]),  # tiny's warmup is 5 steps
+    ("train.decay_steps=x", ["train.decay_steps='x'", "an integer"]),
     ("train.beta2=1", ["train.beta2", "< 1"]),
     ("model.n_layer=0", ["n_layer=0", ">= 1"]),
     ("model.attention=nosuch", ["nosuch", "standard"]),

@@ -89,6 +89,18 @@ def test_lr_at_matches_closed_form():
     assert lr_at(0, no_warmup) == 1e-3 and lr_at(55, no_warmup) == pytest.approx(5.5e-4, rel=1e-12)
 
 
+def test_decay_steps_ends_the_decay_before_the_cap_and_holds_min_lr_after_it():
+    """A 110-step schedule run to a 400-step cap: the same closed-form rates as a 110-step run up to step 110
+    (cosine midpoint at 60), then min_lr to the cap; a decay longer than the run stops part way down."""
+    cfg = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=10, max_steps=400, decay_steps=110)
+    assert lr_at(5, cfg) == pytest.approx(5e-4, rel=1e-12)
+    assert lr_at(60, cfg) == pytest.approx(5.5e-4, rel=1e-12)
+    assert lr_at(85, cfg) == pytest.approx(1e-4 + 4.5e-4 * (1 - math.sqrt(0.5)), rel=1e-12)
+    assert [lr_at(k, cfg) for k in (110, 111, 250, 400)] == pytest.approx([1e-4] * 4, rel=1e-12)
+    longer = cfg.replace(max_steps=35, decay_steps=60)  # the run ends at cos(pi/2): half way down
+    assert lr_at(35, longer) == pytest.approx(5.5e-4, rel=1e-12)
+
+
 # ------------------------------------------------------------------------------------------------ param groups
 
 

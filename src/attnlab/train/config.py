@@ -94,6 +94,10 @@ class TrainConfig:
     """Linear warmup from 0 to lr; a warmup longer than the run is cut to the run (max_steps), so a short smoke run of any preset reaches lr at its last step."""
     decay_lr: bool = True
     """Cosine decay from lr to min_lr over the steps after warmup; False: constant lr."""
+    decay_steps: int | None = None
+    """The step at which the cosine decay reaches min_lr; the run goes on at min_lr after it. Unset: max_steps. Set it
+    to a shorter run's max_steps to extend that run past its cap with the same schedule up to it (e.g. a longer
+    cap for runs that had not met a stop_at threshold)."""
     weight_decay: float = 0.1
     """AdamW decoupled weight decay (not on norms, biases or embeddings)."""
     beta1: float = 0.9
@@ -194,6 +198,11 @@ class TrainConfig:
             StopRule.parse(self.stop_at)  # a bad rule is a one-line ConfigError here, before any training
         if self.min_lr > self.lr:
             raise ConfigError(f"train.min_lr={self.min_lr!r} must be <= train.lr={self.lr!r}")
+        if self.decay_steps is not None:
+            check_number("train.decay_steps", self.decay_steps, low=1, integer=True)
+            if self.decay_steps <= self.warmup_steps:
+                raise ConfigError(f"train.decay_steps={self.decay_steps!r} must be > train.warmup_steps="
+                                  f"{self.warmup_steps!r} (the decay starts after the warmup), or unset")
 
     @property
     def stop_rule(self) -> StopRule | None:

@@ -29,8 +29,8 @@ __all__ = ["lr_at", "split_params", "param_groups", "make_optimizer", "set_lr", 
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Learning rate of optimizer step ``step`` (1-based: step k is the k-th update; lr_at(0) = 0).
 
-    With W = min(warmup_steps, max_steps) (a warmup longer than the run is cut to it), S = max_steps, η = lr,
-    η_min = min_lr::
+    With W = min(warmup_steps, max_steps) (a warmup longer than the run is cut to it), S = decay_steps if set,
+    else max_steps, η = lr, η_min = min_lr::
 
         k < W:            η · k / W                                          (linear warmup from 0)
         W <= k <= S:      η_min + ½ (η − η_min) (1 + cos(π (k − W) / (S − W)))   (cosine decay)
@@ -38,7 +38,8 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
     so ``lr_at(W) == lr`` and ``lr_at(S) == min_lr``. With ``decay_lr=False`` the rate stays η after warmup.
     """
-    warmup, total = min(cfg.warmup_steps, cfg.max_steps), cfg.max_steps
+    warmup = min(cfg.warmup_steps, cfg.max_steps)
+    total = cfg.max_steps if cfg.decay_steps is None else cfg.decay_steps
     if step < warmup:
         return cfg.lr * step / warmup
     if not cfg.decay_lr or total <= warmup:
