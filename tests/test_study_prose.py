@@ -801,3 +801,22 @@ def test_the_noisy_recall_verdict_counts_the_threshold_reruns():
     assert ("`identity-qk` in {} of 5 seeds, `residual-qk` in {}, `low-rank` in {} ([`noisy-threshold-1`]"
             "(#noisy-recall-to-a-threshold-the-variants-still-climbing-at-step-1000)), `moh` in {} and `coda` in {} "
             "([`noisy-threshold-2`]").format(*counts) in NOISY_RECALL
+
+
+def test_hijack_part_8_design_sentences_are_the_runs():
+    """Part 8 reuses part 4's priors because they stopped before its schedule departs from part 4's, and reruns
+    standard because half of part 4's runs hit the cap: both read from the runs; the seed-0 comparison of machines
+    is the two runs' threshold steps."""
+    page = _flat(ROOT / "docs" / "studies" / "hijack-v2.md")
+    part4 = [_summary("hijack-v2-4", "standard", s) for s in range(10)]
+    capped = sum(not r["converged"] and r["steps"] == 6000 for r in part4)
+    assert f"In part 4, {capped} of `standard`'s 10 runs reached the 6000-step cap below the threshold" in page
+    priors = [_summary("hijack-v2-4", v, s) for v in ("magnitude-prefix-logits", "count-prior") for s in range(10)]
+    assert all(r["converged"] for r in priors) and max(r["threshold_step"] for r in priors) <= 3000
+    assert "every one of them met the threshold by step 3000" in page
+    config = (RESULTS / "hijack-v2-8" / "compare.toml").read_text()
+    assert "max_steps = 12000" in config and "decay_steps = 6000" in config
+    there, here = _summary("hijack-v2-4", "standard", 0), _summary("hijack-v2-8", "standard", 0)
+    assert here["device"] == "cpu" and there["device"] != "cpu"
+    assert (f"seed 0 met the threshold at step {there['threshold_step']} there and {here['threshold_step']} here"
+            in page)

@@ -124,6 +124,9 @@ def test_paired_over_the_shared_seeds_and_unpaired_without_two(tmp_path):
     row = {r["variant"]: r for r in results["primary"]["variants"]}["qk-norm"]
     want = scipy.stats.ttest_ind(ACC["qk-norm"][:4], [ACC["standard"][0], ACC["standard"][4]], equal_var=False)
     assert not row["paired"] and row["test"]["p"] == pytest.approx(want.pvalue, rel=1e-10)
+    table = write_report(tmp_path).read_text()
+    assert "| Welch | — |" in table  # the pairs column counts paired seeds: none under Welch, not the 4 runs
+    assert "| Welch | 4 |" not in table
 
 
 def test_no_primary_and_no_rule_leave_the_report_as_it_was(tmp_path):

@@ -225,7 +225,7 @@ def primary_table(primary: dict, heading: str = "##") -> list[str]:
         p = "n/a" if test["p"] is None else f"{test['p']:.3g}"
         ph = "n/a" if row["p_holm"] is None else f"{row['p_holm']:.3g}"
         det = "n/a" if row["detectable"] is None else f(row["detectable"])
-        kind = "paired t" if row["paired"] else "Welch"
-        lines.append(f"| {row['variant']} | {s['n']} | {level} | {diff} | {interval} | {kind} | {row['n_compared']} | "
+        kind, pairs = ("paired t", row["n_compared"]) if row["paired"] else ("Welch", "—")  # Welch pairs no seeds
+        lines.append(f"| {row['variant']} | {s['n']} | {level} | {diff} | {interval} | {kind} | {pairs} | "
                      f"{p} | {ph} | {det} |")
     return [*lines, ""]
