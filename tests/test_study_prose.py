@@ -820,3 +820,5 @@ def test_hijack_part_8_design_sentences_are_the_runs():
     assert here["device"] == "cpu" and there["device"] != "cpu"
     assert (f"seed 0 met the threshold at step {there['threshold_step']} there and {here['threshold_step']} here"
             in page)
+    minutes = [round(_summary("hijack-v2-8", "standard", s)["wall_time_s"] / 60) for s in (0, 1)]
+    assert f"seeds 0 and 1 took {minutes[0]} and {minutes[1]} minutes" in page
