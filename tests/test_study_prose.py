@@ -824,8 +824,8 @@ def test_hijack_part_8_design_sentences_are_the_runs():
     assert f"Seeds 0 and 1 took {minutes[0]} and {minutes[1]} minutes" in page
     late = {s: _summary("hijack-v2-8", "standard", s) for s in (2, 8, 9)}
     assert not late[2]["converged"] and late[2]["steps"] == 12000
-    minutes = {s: round(r["wall_time_s"] / 60) for s, r in late.items()}
-    assert (f"seed 2 ran to the cap in {minutes[2]} minutes, and seeds 8 and 9 took {minutes[8]} and {minutes[9]} "
+    took = {s: round(r["wall_time_s"] / 60) for s, r in late.items()}
+    assert (f"seed 2 ran to the cap in {took[2]} minutes, and seeds 8 and 9 took {took[8]} and {took[9]} "
             "minutes" in page)
     together = round(sum(r["wall_time_s"] for r in late.values()) / 60)
     assert f"run straight after seed 2: {together} minutes in all, over the 90-minute budget of a part" in page
