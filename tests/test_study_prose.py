@@ -833,3 +833,5 @@ def test_hijack_part_8_design_sentences_are_the_runs():
         accuracy = {r["step"]: r["val_accuracy"] for r in map(json.loads, f) if r.get("val_accuracy") is not None}
     assert (f"its validation accuracy crept from {100 * accuracy[6000]:.0f}% to {100 * accuracy[12000]:.0f}% by step "
             "12000" in page)
+    seed4 = _summary("hijack-v2-8", "standard", 4)
+    assert f"seed 4 took {round(seed4['wall_time_s'] / 60)} minutes (a third part)" in page
