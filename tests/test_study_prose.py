@@ -820,18 +820,15 @@ def test_hijack_part_8_design_sentences_are_the_runs():
     assert here["device"] == "cpu" and there["device"] != "cpu"
     assert (f"seed 0 met the threshold at step {there['threshold_step']} there and {here['threshold_step']} here"
             in page)
-    minutes = [round(_summary("hijack-v2-8", "standard", s)["wall_time_s"] / 60) for s in (0, 1)]
-    assert f"Seeds 0 and 1 took {minutes[0]} and {minutes[1]} minutes" in page
-    late = {s: _summary("hijack-v2-8", "standard", s) for s in (2, 8, 9)}
-    assert not late[2]["converged"] and late[2]["steps"] == 12000
-    took = {s: round(r["wall_time_s"] / 60) for s, r in late.items()}
+    runs = {s: _summary("hijack-v2-8", "standard", s) for s in (0, 1, 2, 4, 8, 9)}
+    took = {s: round(r["wall_time_s"] / 60) for s, r in runs.items()}
+    assert f"Seeds 0 and 1 took {took[0]} and {took[1]} minutes" in page
+    assert not runs[2]["converged"] and runs[2]["steps"] == 12000
     assert (f"seed 2 ran to the cap in {took[2]} minutes, and seeds 8 and 9 took {took[8]} and {took[9]} "
             "minutes" in page)
-    together = round(sum(r["wall_time_s"] for r in late.values()) / 60)
+    together = round(sum(runs[s]["wall_time_s"] for s in (2, 8, 9)) / 60)
     assert f"run straight after seed 2: {together} minutes in all, over the 90-minute budget of a part" in page
-    with open(RESULTS / "hijack-v2-8" / "standard" / "seed2" / "metrics.jsonl") as f:
-        accuracy = {r["step"]: r["val_accuracy"] for r in map(json.loads, f) if r.get("val_accuracy") is not None}
+    accuracy = {step: row["val_accuracy"] for step, row in _evals("hijack-v2-8", "standard", 2).items()}
     assert (f"its validation accuracy crept from {100 * accuracy[6000]:.0f}% to {100 * accuracy[12000]:.0f}% by step "
             "12000" in page)
-    seed4 = _summary("hijack-v2-8", "standard", 4)
-    assert f"seed 4 took {round(seed4['wall_time_s'] / 60)} minutes (a third part)" in page
+    assert f"seed 4 took {took[4]} minutes (a third part)" in page
