@@ -820,7 +820,7 @@ def test_hijack_part_8_design_sentences_are_the_runs():
     assert here["device"] == "cpu" and there["device"] != "cpu"
     assert (f"seed 0 met the threshold at step {there['threshold_step']} there and {here['threshold_step']} here"
             in page)
-    runs = {s: _summary("hijack-v2-8", "standard", s) for s in (0, 1, 2, 4, 8, 9)}
+    runs = {s: _summary("hijack-v2-8", "standard", s) for s in (0, 1, 2, 3, 4, 8, 9)}
     took = {s: round(r["wall_time_s"] / 60) for s, r in runs.items()}
     assert f"Seeds 0 and 1 took {took[0]} and {took[1]} minutes" in page
     assert not runs[2]["converged"] and runs[2]["steps"] == 12000
@@ -832,3 +832,10 @@ def test_hijack_part_8_design_sentences_are_the_runs():
     assert (f"its validation accuracy crept from {100 * accuracy[6000]:.0f}% to {100 * accuracy[12000]:.0f}% by step "
             "12000" in page)
     assert f"seed 4 took {took[4]} minutes (a third part)" in page
+    assert runs[3]["converged"] and runs[3]["threshold_step"] == runs[3]["steps"] == 12000
+    h100 = {step: row["val_accuracy"] for step, row in _evals("hijack-v2-4", "standard", 3).items()}
+    cpu = {step: row["val_accuracy"] for step, row in _evals("hijack-v2-8", "standard", 3).items()}
+    assert (f"Seed 3 took {took[3]} minutes (a fourth part) and met the threshold at step 12000, its last evaluation "
+            f"before the cap: at {100 * h100[6000]:.0f}% on part 4's H100 at step 6000, it was at "
+            f"{100 * cpu[6000]:.0f}% here at that step and climbed on `min_lr` to the threshold "
+            f"({100 * cpu[12000]:.1f}%, from {100 * cpu[11800]:.1f}% at step 11800)" in page)
