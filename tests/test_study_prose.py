@@ -820,7 +820,7 @@ def test_hijack_part_8_design_sentences_are_the_runs():
     assert here["device"] == "cpu" and there["device"] != "cpu"
     assert (f"seed 0 met the threshold at step {there['threshold_step']} there and {here['threshold_step']} here"
             in page)
-    runs = {s: _summary("hijack-v2-8", "standard", s) for s in (0, 1, 2, 3, 4, 8, 9)}
+    runs = {s: _summary("hijack-v2-8", "standard", s) for s in (0, 1, 2, 3, 4, 5, 8, 9)}
     took = {s: round(r["wall_time_s"] / 60) for s, r in runs.items()}
     assert f"Seeds 0 and 1 took {took[0]} and {took[1]} minutes" in page
     assert not runs[2]["converged"] and runs[2]["steps"] == 12000
@@ -839,3 +839,5 @@ def test_hijack_part_8_design_sentences_are_the_runs():
             f"before the cap: at {100 * h100[6000]:.0f}% on part 4's H100 at step 6000, it was at "
             f"{100 * cpu[6000]:.0f}% here at that step and climbed on `min_lr` to the threshold "
             f"({100 * cpu[12000]:.1f}%, from {100 * cpu[11800]:.1f}% at step 11800)" in page)
+    assert runs[5]["converged"]
+    assert f"Seed 5 took {took[5]} minutes (a fifth part) and met the threshold at step {runs[5]['threshold_step']}" in page
