@@ -749,6 +749,8 @@ RECOMPUTED = {
         "(with it in the family of the declared tests, Holm keeps all three tests below 0.05)":
             lambda: f"(with it in the family of the declared tests, {_holm_keeps_all_three('hijack-v2-4', 'synonym-m32')})",
         "Holm keeps all three tests below 0.05": _holm_keeps_all_three,
+        "(98.0%, from 97.9% at step 11800)": lambda: "({:.1f}%, from {:.1f}% at step 11800)".format(
+            *(100 * _evals("hijack-v2-8", "standard", 3, "val_accuracy")[step] for step in (12000, 11800))),
         "the magnitude prior 16,876, 0.73x": lambda: "the magnitude prior {:,.0f}, {:.2f}x".format(
             _speed("hijack-v2-1", "magnitude-prefix-logits"),
             _speed("hijack-v2-1", "magnitude-prefix-logits") / _speed("hijack-v2-1", "standard")),

@@ -820,7 +820,7 @@ def test_hijack_part_8_design_sentences_are_the_runs():
     assert here["device"] == "cpu" and there["device"] != "cpu"
     assert (f"seed 0 met the threshold at step {there['threshold_step']} there and {here['threshold_step']} here"
             in page)
-    runs = {s: _summary("hijack-v2-8", "standard", s) for s in (0, 1, 2, 3, 4, 5, 8, 9)}
+    runs = {s: _summary("hijack-v2-8", "standard", s) for s in (0, 1, 2, 3, 4, 5, 6, 8, 9)}
     took = {s: round(r["wall_time_s"] / 60) for s, r in runs.items()}
     assert f"Seeds 0 and 1 took {took[0]} and {took[1]} minutes" in page
     assert not runs[2]["converged"] and runs[2]["steps"] == 12000
@@ -841,3 +841,11 @@ def test_hijack_part_8_design_sentences_are_the_runs():
             f"({100 * cpu[12000]:.1f}%, from {100 * cpu[11800]:.1f}% at step 11800)" in page)
     assert runs[5]["converged"]
     assert f"Seed 5 took {took[5]} minutes (a fifth part) and met the threshold at step {runs[5]['threshold_step']}" in page
+    assert not runs[6]["converged"] and runs[6]["steps"] == 12000
+    steps_per_s = 12000 / runs[6]["wall_time_s"]
+    assert f"Seed 6 ran to the cap in {took[6]} minutes (a sixth part, over the 90-minute budget" in page
+    assert took[6] > 90 and f"about {steps_per_s:.0f} steps per second" in page
+    h100 = {step: row["val_accuracy"] for step, row in _evals("hijack-v2-4", "standard", 6).items()}
+    cpu = {step: row["val_accuracy"] for step, row in _evals("hijack-v2-8", "standard", 6).items()}
+    assert (f"at {100 * h100[6000]:.0f}% on part 4's H100 at step 6000, it was at {100 * cpu[6000]:.0f}% here at "
+            f"that step and crept to {100 * cpu[12000]:.0f}% by step 12000 on `min_lr`" in page)
