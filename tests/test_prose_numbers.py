@@ -47,7 +47,7 @@ PAGES = ("magnitude.md", "boneless.md", "magnitude-long.md", "rank.md", "consens
          "../leaderboard.md", "../testing.md")
 # pages whose convergence, power and Holm sentences tests/test_study_prose.py recomputes phrase by phrase
 STUDY_PROSE_PAGES = ("capability.md", "capability-mqar.md", "capability-induction.md", "capability-selective-copy.md",
-                     "capability-noisy-recall.md", "capability-hijack-v1.md", "../heads.md")
+                     "capability-noisy-recall.md", "capability-hijack-v1.md", "../heads.md", "hijack-v2.md")
 
 # results/ directories a page quotes besides those of its own RESULTS blocks: magnitude-long.md's section on the
 # capability tasks quotes the hijack sweep of the exact prefix prior (part 2) and of the low-rank one (part 3); the
@@ -749,8 +749,6 @@ RECOMPUTED = {
         "(with it in the family of the declared tests, Holm keeps all three tests below 0.05)":
             lambda: f"(with it in the family of the declared tests, {_holm_keeps_all_three('hijack-v2-4', 'synonym-m32')})",
         "Holm keeps all three tests below 0.05": _holm_keeps_all_three,
-        "(98.0%, from 97.9% at step 11800)": lambda: "({:.1f}%, from {:.1f}% at step 11800)".format(
-            *(100 * _evals("hijack-v2-8", "standard", 3, "val_accuracy")[step] for step in (12000, 11800))),
         "the magnitude prior 16,876, 0.73x": lambda: "the magnitude prior {:,.0f}, {:.2f}x".format(
             _speed("hijack-v2-1", "magnitude-prefix-logits"),
             _speed("hijack-v2-1", "magnitude-prefix-logits") / _speed("hijack-v2-1", "standard")),
@@ -1083,13 +1081,13 @@ class _Recording(str):
 
 @functools.cache
 def _study_prose_phrases() -> frozenset:
-    """The phrases tests/test_study_prose.py recomputes from results/ and finds on the capability and head
-    pages: its tests are run here with their page texts recording what they look for. A number inside one of
-    these phrases is recomputed there (its one home); a failing test there fails here as well."""
+    """The phrases tests/test_study_prose.py recomputes from results/ and finds on the capability, head and
+    hijack-v2 pages: its tests are run here with their page texts recording what they look for. A number inside one
+    of these phrases is recomputed there (its one home); a failing test there fails here as well."""
     import test_study_prose as study
 
     seen: set = set()
-    pages = ("CAPABILITY", "HEADS", "NOISY_RECALL")
+    pages = ("CAPABILITY", "HEADS", "NOISY_RECALL", "HIJACK_V2")
     saved = {name: getattr(study, name) for name in pages}
     try:
         for name in pages:

@@ -32,6 +32,7 @@ CAPABILITY_PAGES = [ROOT / "docs" / "studies" / f"capability{part}.md"
 CAPABILITY = " ".join(_flat(page) for page in CAPABILITY_PAGES)
 HEADS = _flat(ROOT / "docs" / "heads.md")
 NOISY_RECALL = _flat(ROOT / "docs" / "studies" / "capability-noisy-recall.md")
+HIJACK_V2 = _flat(ROOT / "docs" / "studies" / "hijack-v2.md")
 
 
 def _results(name: str) -> dict:
@@ -803,11 +804,16 @@ def test_the_noisy_recall_verdict_counts_the_threshold_reruns():
             "([`noisy-threshold-2`]").format(*counts) in NOISY_RECALL
 
 
+def _accuracy_by_step(name: str, seed: int) -> dict[int, float]:
+    """Validation accuracy at each evaluation of standard's run of this seed."""
+    return {step: row["val_accuracy"] for step, row in _evals(name, "standard", seed).items()}
+
+
 def test_hijack_part_8_design_sentences_are_the_runs():
     """Part 8 reuses part 4's priors because they stopped before its schedule departs from part 4's, and reruns
     standard because half of part 4's runs hit the cap: both read from the runs; the seed-0 comparison of machines
     is the two runs' threshold steps."""
-    page = _flat(ROOT / "docs" / "studies" / "hijack-v2.md")
+    page = HIJACK_V2
     part4 = [_summary("hijack-v2-4", "standard", s) for s in range(10)]
     capped = sum(not r["converged"] and r["steps"] == 6000 for r in part4)
     assert f"In part 4, {capped} of `standard`'s 10 runs reached the 6000-step cap below the threshold" in page
@@ -828,13 +834,13 @@ def test_hijack_part_8_design_sentences_are_the_runs():
             "minutes" in page)
     together = round(sum(runs[s]["wall_time_s"] for s in (2, 8, 9)) / 60)
     assert f"run straight after seed 2: {together} minutes in all, over the 90-minute budget of a part" in page
-    accuracy = {step: row["val_accuracy"] for step, row in _evals("hijack-v2-8", "standard", 2).items()}
+    accuracy = _accuracy_by_step("hijack-v2-8", 2)
     assert (f"its validation accuracy crept from {100 * accuracy[6000]:.0f}% to {100 * accuracy[12000]:.0f}% by step "
             "12000" in page)
     assert f"seed 4 took {took[4]} minutes (a third part)" in page
     assert runs[3]["converged"] and runs[3]["threshold_step"] == runs[3]["steps"] == 12000
-    h100 = {step: row["val_accuracy"] for step, row in _evals("hijack-v2-4", "standard", 3).items()}
-    cpu = {step: row["val_accuracy"] for step, row in _evals("hijack-v2-8", "standard", 3).items()}
+    h100 = _accuracy_by_step("hijack-v2-4", 3)
+    cpu = _accuracy_by_step("hijack-v2-8", 3)
     assert (f"Seed 3 took {took[3]} minutes (a fourth part) and met the threshold at step 12000, its last evaluation "
             f"before the cap: at {100 * h100[6000]:.0f}% on part 4's H100 at step 6000, it was at "
             f"{100 * cpu[6000]:.0f}% here at that step and climbed on `min_lr` to the threshold "
@@ -845,7 +851,7 @@ def test_hijack_part_8_design_sentences_are_the_runs():
     steps_per_s = 12000 / runs[6]["wall_time_s"]
     assert f"Seed 6 ran to the cap in {took[6]} minutes (a sixth part, over the 90-minute budget" in page
     assert took[6] > 90 and f"about {steps_per_s:.0f} steps per second" in page
-    h100 = {step: row["val_accuracy"] for step, row in _evals("hijack-v2-4", "standard", 6).items()}
-    cpu = {step: row["val_accuracy"] for step, row in _evals("hijack-v2-8", "standard", 6).items()}
+    h100 = _accuracy_by_step("hijack-v2-4", 6)
+    cpu = _accuracy_by_step("hijack-v2-8", 6)
     assert (f"at {100 * h100[6000]:.0f}% on part 4's H100 at step 6000, it was at {100 * cpu[6000]:.0f}% here at "
             f"that step and crept to {100 * cpu[12000]:.0f}% by step 12000 on `min_lr`" in page)
