@@ -855,3 +855,60 @@ def test_hijack_part_8_design_sentences_are_the_runs():
     cpu = _accuracy_by_step("hijack-v2-8", 6)
     assert (f"at {100 * h100[6000]:.0f}% on part 4's H100 at step 6000, it was at {100 * cpu[6000]:.0f}% here at "
             f"that step and crept to {100 * cpu[12000]:.0f}% by step 12000 on `min_lr`" in page)
+
+
+def _signed(x: float) -> str:
+    """A difference as the pages write it: "+1.23" or "−1.23" (a minus sign, not a hyphen)."""
+    return ("+" if x >= 0 else "−") + f"{abs(x):.2f}"
+
+
+def _converged_only(name: str, variant: str, metric: str) -> dict:
+    """The primary metric over the seeds where both ``variant`` and standard met the threshold, from the runs'
+    summary.json and last evaluation: seeds, paired differences (points), the paired p (scipy), and the report's
+    row of its converged-only table (for the bootstrap CI and Holm's p, which need the whole family)."""
+    from scipy.stats import ttest_rel
+
+    seeds = [s for s in _seeds(name, "standard") if s in _seeds(name, variant)
+             and _summary(name, "standard", s)["converged"] and _summary(name, variant, s)["converged"]]
+    mine = [100 * _last_eval(name, variant, s, metric) for s in seeds]
+    base = [100 * _last_eval(name, "standard", s, metric) for s in seeds]
+    row = {r["variant"]: r for r in _results(name)["primary_converged"]["variants"]}[variant]
+    p = ttest_rel(mine, base).pvalue if len(seeds) > 1 else None
+    assert row["n_compared"] == len(seeds) and (p is None or row["test"]["p"] == pytest.approx(p, rel=1e-9))
+    return {"seeds": seeds, "difference": statistics.mean(m - b for m, b in zip(mine, base)), "row": row}
+
+
+def test_the_converged_only_sentences_are_the_runs():
+    """Where some runs hit the cap, the pages quote the primary metric again over the converged runs only: each
+    number is recomputed from the runs; the Holm p is checked against statsmodels over the family."""
+    from statsmodels.stats.multitest import multipletests
+
+    def ci(r):
+        return f"[{100 * r['ci']['low']:.2f}, {100 * r['ci']['high']:.2f}]"
+
+    dilution = _flat(ROOT / "docs" / "dilution.md")
+    exact = "hijack/exact-m32/accuracy"
+    c = {v: _converged_only("hijack-v2-6", v, exact) for v in ("softpick", "gated", "sink")}
+    assert (f"gated attention and the sink keep what `standard` keeps ({_signed(c['gated']['difference'])} and "
+            f"{_signed(c['sink']['difference'])} points over {len(c['gated']['seeds'])} and "
+            f"{len(c['sink']['seeds'])} seeds)") in dilution
+    assert all(abs(c[v]["difference"]) < 1 for v in ("gated", "sink"))
+    soft = c["softpick"]
+    assert (f"softpick's {len(soft['seeds'])} converged runs still keep less ({_signed(soft['difference'])} points, "
+            f"{ci(soft['row'])}, Holm p {soft['row']['p_holm']:.3g})") in dilution
+    family = [r for r in _results("hijack-v2-6")["primary_converged"]["variants"][1:] if r["test"]["p"] is not None]
+    holm = multipletests([r["test"]["p"] for r in family], method="holm")[1]
+    assert [r["p_holm"] for r in family] == pytest.approx(list(holm), rel=1e-12)
+
+    synonym = "hijack/synonym-m32/accuracy"
+    mag, count = (_converged_only("hijack-v2-4", v, synonym) for v in ("magnitude-prefix-logits", "count-prior"))
+    assert mag["seeds"] == count["seeds"] and mag["row"]["ci"]["low"] < 0 < mag["row"]["ci"]["high"]
+    assert (f"Over the {len(mag['seeds'])} seeds where `standard` converged (the table over converged runs only), "
+            f"the magnitude prior keeps what `standard` keeps ({_signed(mag['difference'])} points, {ci(mag['row'])}; "
+            f"the seeds could have detected {100 * mag['row']['detectable']:.2f}) and the count prior keeps more "
+            f"({_signed(count['difference'])} points, {ci(count['row'])}, Holm p {count['row']['p_holm']:.3g})"
+            ) in HIJACK_V2
+    causal = _converged_only("hijack-v2-2", "magnitude-causal-logits", exact)
+    assert causal["difference"] < 0
+    assert (f"Its {len(causal['seeds'])} converged runs keep less than `standard` on the same seeds "
+            f"({_signed(causal['difference'])} points, the table over converged runs only)") in HIJACK_V2

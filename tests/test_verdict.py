@@ -129,6 +129,49 @@ def test_paired_over_the_shared_seeds_and_unpaired_without_two(tmp_path):
     assert "| Welch | 4 |" not in table
 
 
+def test_the_primary_tests_again_over_the_converged_runs_only(tmp_path):
+    """Where a run hit its cap, the report repeats the tests over the seeds where both sides converged; the
+    paired tests are scipy's over those seeds, Holm over the family."""
+    plant(tmp_path)
+    results, _ = read_results(tmp_path)
+    rows = {row["variant"]: row for row in results["primary_converged"]["variants"]}
+    both = {v: [i for i in range(len(SEEDS)) if STEPS[v][i] and STEPS["standard"][i]] for v in VARIANTS[1:]}
+    assert both == {"count-prior": [0, 1, 3], "qk-norm": [3]}
+    want = scipy.stats.ttest_rel([ACC["count-prior"][i] for i in both["count-prior"]],
+                                 [ACC["standard"][i] for i in both["count-prior"]])
+    row = rows["count-prior"]
+    assert row["paired"] and row["n_compared"] == 3 and row["test"]["p"] == pytest.approx(want.pvalue, rel=1e-10)
+    # qk-norm shares one converged seed with standard: Welch over each side's converged runs
+    converged = {v: [ACC[v][i] for i in range(len(SEEDS)) if STEPS[v][i]] for v in VARIANTS}
+    want_qk = scipy.stats.ttest_ind(converged["qk-norm"], converged["standard"], equal_var=False)
+    assert not rows["qk-norm"]["paired"] and rows["qk-norm"]["test"]["p"] == pytest.approx(want_qk.pvalue, rel=1e-10)
+    holm = multipletests([want.pvalue, want_qk.pvalue], method="holm")[1]
+    assert [rows[v]["p_holm"] for v in VARIANTS[1:]] == pytest.approx(list(holm), rel=1e-12)
+    assert rows["standard"]["summary"]["n"] == 3 and rows["standard"]["n_not_converged"] == 0
+    text = write_report(tmp_path).read_text()
+    section = text[text.index("## Primary metric over the converged runs only"):text.index("## Steps to threshold")]
+    s = converged["standard"]
+    assert f"| standard | 3 | {100 * statistics.mean(s):.2f} ± {100 * statistics.stdev(s):.2f} | (baseline) |" in section
+
+
+def test_without_a_censored_run_there_is_no_converged_only_table(tmp_path):
+    plant(tmp_path)
+    for v in VARIANTS:  # every run now met the threshold at the cap's last evaluation
+        for seed in SEEDS:
+            path = run_dir(tmp_path, v, seed) / "summary.json"
+            summary = json.loads(path.read_text())
+            path.write_text(json.dumps({**summary, "converged": True, "threshold_step": summary["steps"]}))
+    results, _ = read_results(tmp_path)
+    assert "primary_converged" not in results
+    assert "over the converged runs only" not in write_report(tmp_path).read_text()
+
+
+def test_a_primary_metric_that_is_the_stop_rules_own_gets_no_converged_only_table(tmp_path):
+    plant(tmp_path, primary="val_accuracy")  # every converged run sits at the threshold: nothing to compare
+    results, _ = read_results(tmp_path)
+    assert results["primary"] is not None and "primary_converged" not in results
+
+
 def test_no_primary_and_no_rule_leave_the_report_as_it_was(tmp_path):
     plant(tmp_path, primary=None)
     results, _ = read_results(tmp_path)

@@ -30,7 +30,8 @@ from .length_report import length_plot_link, length_results, length_table, plot_
 from .plots import plot_accuracy_curves, plot_loss_curves, plot_loss_deltas
 from .stats import curve_summary, describe, welch_ttest
 from .stats import mean_std_text as _mean_std
-from .verdict import convergence_results, convergence_table, not_converged_note, primary_results, primary_table
+from .verdict import (convergence_results, converged_primary_results, not_converged_note, primary_results,
+                      verdict_tables)
 
 __all__ = ["RunRecord", "collect_runs", "compute_results", "export_comparison", "load_curve", "plot_accuracy_curves",
            "plot_loss_curves", "read_results", "render_markdown", "results_tables", "write_report"]
@@ -279,10 +280,12 @@ def compute_results(spec: dict, records: list[RunRecord]) -> dict:
         })
     primary = spec.get("primary")
     length = length_results(records, variants, spec)
+    converged = converged_primary_results(records, variants, primary) if primary else None
     return {"baseline": baseline, "settings": _settings(spec), "variants": rows, "base_config": spec["base"],
             "convergence": convergence_results(records, variants),
             "primary": primary_results(records, variants, primary) if primary else None,
-            "hijack": hijack_results(records, variants), **({"length": length} if length else {})}
+            "hijack": hijack_results(records, variants), **({"length": length} if length else {}),
+            **({"primary_converged": converged} if converged else {})}
 
 
 # ----------------------------------------------------------------------------------------------------- markdown
@@ -489,9 +492,7 @@ def results_tables(results: dict, heading: str = "##") -> str:
     diagnostics, under ``heading``-level titles (the docs quote them for the shipped comparisons in ``results/``)."""
     hijack = hijack_tables(results["hijack"], heading) if results.get("hijack") else []
     hijack += length_table(results["length"], heading) if results.get("length") else []
-    verdict = [*(primary_table(results["primary"], heading) if results.get("primary") else []),
-               *(convergence_table(results["convergence"], heading) if results.get("convergence") else [])]
-    return "\n".join([*verdict, *_table(results), "", *_accuracy_table(results, heading), *hijack,
+    return "\n".join([*verdict_tables(results, heading), *_table(results), "", *_accuracy_table(results, heading), *hijack,
                       f"{heading} Final validation loss per seed", "", *_seed_table(results),
                       "", *([f"{heading} Final validation accuracy (%) per seed", "",
                              *_seed_table(results, "final_val_accuracy", 100.0, ".2f"), ""] if any(
@@ -584,8 +585,9 @@ def write_report(out_dir) -> Path:
     results, records = read_results(out_dir)
     write_text(out_dir / RESULTS_FILE, json.dumps(results, indent=2, allow_nan=False) + "\n")
     variants = [row["variant"] for row in results["variants"]]
-    drawn_results = {**results, "variants": [{**row, "runs": [{k: v for k, v in run.items() if k != "final_val_accuracy"}
-                     for run in row["runs"]]} for row in results["variants"]]}  # no plot draws a run's final accuracy
+    # the plots draw neither a run's final accuracy nor the tests over converged runs: neither is in their key
+    drawn_results = {**{k: v for k, v in results.items() if k != "primary_converged"}, "variants": [{**row, "runs": [
+        {k: v for k, v in run.items() if k != "final_val_accuracy"} for run in row["runs"]]} for row in results["variants"]]}
     key = inputs_key(drawn_results, [(r.variant, r.seed, r.status, r.usable, r.not_converged, r.summary.get("stop_at"),
                                 sorted(r.curve.items()), sorted(r.accuracy_curve.items())) for r in records],
                      drawn_by=(plots, hijack_report.plot_hijack, hijack_report.band_line))

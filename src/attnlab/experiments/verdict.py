@@ -17,7 +17,11 @@ Per variant against the baseline:
 - the smallest difference the seeds could have detected (80% power at alpha = 0.05, from the observed spread), so
   that "no difference" is stated with the difference it could have seen.
 
-A level from a run that did not converge is marked wherever it is shown.
+A level from a run that did not converge is marked wherever it is shown. Where any run did not converge, the same
+tests are repeated over the converged runs only (:func:`converged_primary_results`): the first table compares
+levels at the threshold with levels at the cap, so part of a difference there can be learning speed; a difference
+that holds among converged runs is not only that. Keeping only converged runs selects seeds (those that learned in
+time), so this is a check on the first table, not a replacement for it.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ from ..errors import ConfigError
 from .stats import (bootstrap_ci, describe, holm, logrank, min_detectable_difference, paired_ttest, threshold_summary,
                     welch_ttest)
 
-__all__ = ["PRIMARY_BUILTIN", "check_primary", "convergence_results", "convergence_table", "metric_value", "primary_results",
-           "primary_table", "not_converged_note"]
+__all__ = ["PRIMARY_BUILTIN", "check_primary", "convergence_results", "convergence_table", "converged_primary_results",
+           "metric_value", "primary_results", "primary_table", "not_converged_note", "verdict_tables"]
 
 PRIMARY_BUILTIN = {"val_loss": "lower", "val_accuracy": "higher"}
 """The primary metrics every run has, and which way is better; a hook's ``.../accuracy`` key is higher-better."""
@@ -187,6 +191,21 @@ def primary_results(records, variants: list[str], metric: str) -> dict:
             "variants": rows}
 
 
+def converged_primary_results(records, variants: list[str], metric: str) -> dict | None:
+    """:func:`primary_results` over the runs that met their threshold only (paired over the seeds where both
+    variants converged). None where it would say nothing: no run of ``variants`` was censored (the first table
+    already is that), the primary metric is the stop rule's own (every converged run sits at the threshold), or no
+    test is defined over the converged runs (e.g. the baseline has none)."""
+    from ..train.config import StopRule
+
+    runs = [r for r in records if r.variant in variants and r.usable]
+    if not any(r.not_converged for r in runs) or any(
+            r.summary.get("stop_at") and StopRule.parse(r.summary["stop_at"]).metric == metric for r in runs):
+        return None
+    converged = primary_results([r for r in records if not r.not_converged], variants, metric)
+    return converged if any(row.get("test", {}).get("p") is not None for row in converged["variants"]) else None
+
+
 def _fmt(metric: str):
     """A value formatter: accuracies in % with 2 decimals, anything else with 4 decimals."""
     if "accuracy" in metric:
@@ -194,21 +213,30 @@ def _fmt(metric: str):
     return lambda x: f"{x:.4f}"
 
 
-def primary_table(primary: dict, heading: str = "##") -> list[str]:
+def primary_table(primary: dict, heading: str = "##", converged_only: bool = False) -> list[str]:
     """Markdown: the primary metric per variant (mean ± std over seeds, runs not converged marked), the difference
     from the baseline with its 95% bootstrap CI, the test's p, Holm's p, and the difference the seeds could have
-    detected."""
+    detected. ``converged_only``: the table of :func:`converged_primary_results`, titled and described as such."""
     metric, base = primary["metric"], primary["baseline"]
     f = _fmt(metric)
     unit = " (%)" if "accuracy" in metric else ""
-    lines = [f"{heading} Primary metric: {metric}", "",
-             f"Declared before the runs; {primary['better']} is better. Mean ± std over the finished seeds at each "
-             f"run's last evaluation (where it met its threshold, or at its cap). Difference from {base} with a 95% "
-             "bootstrap CI (BCa); paired over the seeds both variants finished (same data order; `pairs` counts "
-             "them), Welch where fewer than two are shared. "
-             f"Holm's adjustment over the {len(primary['variants']) - 1} tests against {base}. Detectable: the "
-             f"difference the seeds would detect with {primary['power']:.0%} power at alpha = {primary['alpha']} "
-             "(from the observed spread).", "",
+    if converged_only:
+        title = f"{heading} Primary metric over the converged runs only"
+        what = ("The tests above again, leaving out every run that reached its cap without meeting the threshold: "
+                "the table above compares levels at the threshold with levels still changing at the cap, so part "
+                "of a difference there can be learning speed. Keeping only converged runs also keeps only the "
+                "seeds that learned in time, so this checks the table above and does not replace it. Mean ± std "
+                "over the converged runs; paired over the seeds where both variants converged.")
+    else:
+        title = f"{heading} Primary metric: {metric}"
+        what = (f"Declared before the runs; {primary['better']} is better. Mean ± std over the finished seeds at "
+                f"each run's last evaluation (where it met its threshold, or at its cap). Difference from {base} "
+                "with a 95% bootstrap CI (BCa); paired over the seeds both variants finished (same data order; "
+                "`pairs` counts them), Welch where fewer than two are shared.")
+    lines = [title, "",
+             f"{what} Holm's adjustment over the {len(primary['variants']) - 1} tests against {base}. Detectable: "
+             f"the difference the seeds would detect with {primary['power']:.0%} power at alpha = "
+             f"{primary['alpha']} (from the observed spread).", "",
              f"| variant | seeds | {metric}{unit} | difference | 95% CI | test | pairs | p | Holm p | detectable |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for row in primary["variants"]:
@@ -229,3 +257,11 @@ def primary_table(primary: dict, heading: str = "##") -> list[str]:
         lines.append(f"| {row['variant']} | {s['n']} | {level} | {diff} | {interval} | {kind} | {pairs} | "
                      f"{p} | {ph} | {det} |")
     return [*lines, ""]
+
+
+def verdict_tables(results: dict, heading: str = "##") -> list[str]:
+    """Markdown: the primary metric's table, its repetition over the converged runs where some run was censored,
+    and the steps-to-threshold table, each where the results have it."""
+    return [*(primary_table(results["primary"], heading) if results.get("primary") else []),
+            *(primary_table(c, heading, converged_only=True) if (c := results.get("primary_converged")) else []),
+            *(convergence_table(results["convergence"], heading) if results.get("convergence") else [])]
