@@ -826,7 +826,7 @@ def test_hijack_part_8_design_sentences_are_the_runs():
     assert here["device"] == "cpu" and there["device"] != "cpu"
     assert (f"seed 0 met the threshold at step {there['threshold_step']} there and {here['threshold_step']} here"
             in page)
-    runs = {s: _summary("hijack-v2-8", "standard", s) for s in (0, 1, 2, 3, 4, 5, 6, 8, 9)}
+    runs = {s: _summary("hijack-v2-8", "standard", s) for s in range(10)}
     took = {s: round(r["wall_time_s"] / 60) for s, r in runs.items()}
     assert f"Seeds 0 and 1 took {took[0]} and {took[1]} minutes" in page
     assert not runs[2]["converged"] and runs[2]["steps"] == 12000
@@ -855,6 +855,18 @@ def test_hijack_part_8_design_sentences_are_the_runs():
     cpu = _accuracy_by_step("hijack-v2-8", 6)
     assert (f"at {100 * h100[6000]:.0f}% on part 4's H100 at step 6000, it was at {100 * cpu[6000]:.0f}% here at "
             f"that step and crept to {100 * cpu[12000]:.0f}% by step 12000 on `min_lr`" in page)
+    assert not runs[7]["converged"] and runs[7]["steps"] == 12000 and took[7] > 90
+    h100, cpu = _accuracy_by_step("hijack-v2-4", 7), _accuracy_by_step("hijack-v2-8", 7)
+    assert (f"Seed 7 ran to the cap in {took[7]} minutes in all and did not meet the threshold: at "
+            f"{100 * h100[6000]:.0f}% on part 4's H100 at step 6000, it was at {100 * cpu[6000]:.0f}% here at that "
+            f"step and reached {100 * cpu[12000]:.0f}% by step 12000 on `min_lr`") in page
+    # where it was stopped and resumed comes from the comparison's log, which results/ does not keep: the steps
+    # it logs run on without a gap or a repeat across the resume, as a resumed run's should
+    steps = [json.loads(line)["step"] for line in
+             (RESULTS / "hijack-v2-8" / "standard" / "seed7" / "metrics.jsonl").read_text().splitlines()]
+    gaps = {b - a for a, b in zip(steps, steps[1:])}
+    assert steps == sorted(set(steps)) and steps[-1] == 12000 and len(gaps) == 1  # one logging interval throughout
+    assert "stopped with its checkpoint at step 10848" in page
 
 
 def _signed(x: float) -> str:
@@ -912,3 +924,56 @@ def test_the_converged_only_sentences_are_the_runs():
     assert causal["difference"] < 0
     assert (f"Its {len(causal['seeds'])} converged runs keep less than `standard` on the same seeds "
             f"({_signed(causal['difference'])} points, the table over converged runs only)") in HIJACK_V2
+
+
+def test_hijack_part_8_verdict_is_the_runs():
+    """Part 8's verdict: convergence counts and medians from the runs' summaries, the primary tests from the
+    report (checked against scipy over the runs' last evaluations), the capped seeds' last accuracies."""
+    from scipy.stats import ttest_rel
+
+    page, name, metric = HIJACK_V2, "hijack-v2-8", "hijack/synonym-m32/accuracy"
+    runs = {s: _summary(name, "standard", s) for s in range(10)}
+    capped = [s for s, r in runs.items() if not r["converged"]]
+    assert capped == [2, 6, 7] and all(runs[s]["steps"] == 12000 for s in capped)
+    conv = {r["variant"]: r for r in _results(name)["convergence"]["variants"]}
+    steps = sorted(r["threshold_step"] for r in runs.values() if r["converged"])
+    assert conv["standard"]["median"] == steps[3]  # 7 of 10 met it: S(t) falls to 6/10 at the 4th, below 1/2
+    assert (f"{10 - len(capped)} of its 10 runs met the threshold within 12000 steps (median "
+            f"{conv['standard']['median']:.0f} steps, against {conv['magnitude-prefix-logits']['median']:.0f} for the "
+            f"magnitude prior and {conv['count-prior']['median']:.0f} for the count prior; log-rank p = "
+            f"{conv['magnitude-prefix-logits']['logrank_vs_baseline']['p']:.2g} and "
+            f"{conv['count-prior']['logrank_vs_baseline']['p']:.2g})") in page
+    last = ", ".join(f"{100 * runs[s]['final_val_accuracy']:.0f}%" for s in capped[:2])
+    assert (f"Seeds 2, 6 and 7 reached the cap not converged ({last} and "
+            f"{100 * runs[7]['final_val_accuracy']:.0f}% validation accuracy)") in page
+    rows = {r["variant"]: r for r in _results(name)["primary"]["variants"]}
+    for v in ("magnitude-prefix-logits", "count-prior"):
+        mine = [100 * _last_eval(name, v, s, metric) for s in range(10)]
+        base = [100 * _last_eval(name, "standard", s, metric) for s in range(10)]
+        assert rows[v]["test"]["p"] == pytest.approx(ttest_rel(mine, base).pvalue, rel=1e-9)
+        rows[v]["points"] = statistics.mean(mine) - statistics.mean(base)
+    mag, count = rows["magnitude-prefix-logits"], rows["count-prior"]
+    assert mag["ci"]["low"] < 0 < mag["ci"]["high"] and mag["p_holm"] > 0.05 > count["p_holm"]
+    assert (f"Over all 10 paired seeds it keeps {_signed(mag['points'])} points more than `standard` "
+            f"([{100 * mag['ci']['low']:.2f}, {100 * mag['ci']['high']:.2f}], Holm p {mag['p_holm']:.3g}; the seeds "
+            f"could have detected {100 * mag['detectable']:.2f} points)") in page
+    assert (f"over all 10 seeds ({_signed(count['points'])} points, [{100 * count['ci']['low']:.2f}, "
+            f"{100 * count['ci']['high']:.2f}], Holm p {count['p_holm']:.3g})") in page
+    c_mag = _converged_only(name, "magnitude-prefix-logits", metric)
+    c_count = _converged_only(name, "count-prior", metric)
+    assert len(c_mag["seeds"]) == len(c_count["seeds"]) == 7
+    r = c_mag["row"]
+    assert (f"Over the 7 seeds where `standard` converged (the table over converged runs only) it keeps "
+            f"{_signed(c_mag['difference'])} points ([{100 * r['ci']['low']:.2f}, {100 * r['ci']['high']:.2f}], "
+            f"Holm p {r['p_holm']:.3g}; detectable {100 * r['detectable']:.2f})") in page
+    assert f"the interval leaves room for one of at most {100 * r['ci']['high']:.2f} points" in page
+    r = c_count["row"]
+    assert (f"over the 7 converged ones ({_signed(c_count['difference'])} points, [{100 * r['ci']['low']:.2f}, "
+            f"{100 * r['ci']['high']:.2f}], Holm p {r['p_holm']:.3g})") in page
+    part4 = {r["variant"]: r for r in _results("hijack-v2-4")["primary"]["variants"]}
+    assert f"Its {_signed(100 * part4['magnitude-prefix-logits']['difference'])} points against part 4's capped" in page
+    # the answer at the top of the page quotes the same numbers
+    assert (f"the magnitude prior keeps no detectable advantage ({_signed(mag['points'])} points, "
+            f"[{100 * mag['ci']['low']:.2f}, {100 * mag['ci']['high']:.2f}], Holm p {mag['p_holm']:.3g}; "
+            f"{_signed(c_mag['difference'])} over the 7 seeds where softmax converged), where the count prior keeps "
+            f"more ({_signed(count['points'])} points, Holm p {count['p_holm']:.3g})") in page
