@@ -154,6 +154,20 @@ def test_the_primary_tests_again_over_the_converged_runs_only(tmp_path):
     assert f"| standard | 3 | {100 * statistics.mean(s):.2f} ± {100 * statistics.stdev(s):.2f} | (baseline) |" in section
 
 
+def test_holm_counts_only_the_tests_the_converged_runs_allow(tmp_path):
+    plant(tmp_path)
+    path = run_dir(tmp_path, "qk-norm", 4) / "summary.json"  # qk-norm keeps one converged run: no test
+    path.write_text(json.dumps({**json.loads(path.read_text()), "converged": False, "threshold_step": None}))
+    results, _ = read_results(tmp_path)
+    rows = {row["variant"]: row for row in results["primary_converged"]["variants"]}
+    assert rows["qk-norm"]["test"]["p"] is None and rows["qk-norm"]["p_holm"] is None
+    assert rows["count-prior"]["p_holm"] == rows["count-prior"]["test"]["p"]  # a family of one: Holm changes nothing
+    text = write_report(tmp_path).read_text()
+    assert ("Holm's adjustment over the 1 test against standard that the runs allow (of 2: too few runs for the "
+            "rest)") in text
+    assert "Holm's adjustment over the 2 tests against standard. Detectable" in text  # the first table: both tests
+
+
 def test_without_a_censored_run_there_is_no_converged_only_table(tmp_path):
     plant(tmp_path)
     for v in VARIANTS:  # every run now met the threshold at the cap's last evaluation

@@ -233,8 +233,12 @@ def primary_table(primary: dict, heading: str = "##", converged_only: bool = Fal
                 f"each run's last evaluation (where it met its threshold, or at its cap). Difference from {base} "
                 "with a 95% bootstrap CI (BCa); paired over the seeds both variants finished (same data order; "
                 "`pairs` counts them), Welch where fewer than two are shared.")
+    family = len(primary["variants"]) - 1
+    tested = sum(row["test"]["p"] is not None for row in primary["variants"][1:])
+    tests = f"{tested} test{'' if tested == 1 else 's'} against {base}" + ("" if tested == family else
+                                                 f" that the runs allow (of {family}: too few runs for the rest)")
     lines = [title, "",
-             f"{what} Holm's adjustment over the {len(primary['variants']) - 1} tests against {base}. Detectable: "
+             f"{what} Holm's adjustment over the {tests}. Detectable: "
              f"the difference the seeds would detect with {primary['power']:.0%} power at alpha = "
              f"{primary['alpha']} (from the observed spread).", "",
              f"| variant | seeds | {metric}{unit} | difference | 95% CI | test | pairs | p | Holm p | detectable |",
