@@ -874,20 +874,28 @@ def _signed(x: float) -> str:
     return ("+" if x >= 0 else "−") + f"{abs(x):.2f}"
 
 
-def _converged_only(name: str, variant: str, metric: str) -> dict:
-    """The primary metric over the seeds where both ``variant`` and standard met the threshold, from the runs'
-    summary.json and last evaluation: seeds, paired differences (points), the paired p (scipy), and the report's
-    row of its converged-only table (for the bootstrap CI and Holm's p, which need the whole family)."""
+def _paired_last_eval(name: str, variant: str, metric: str, seeds) -> tuple[float, float | None]:
+    """``metric`` at each run's last evaluation, ``variant`` against standard over ``seeds``: the mean paired
+    difference in points and scipy's paired t-test p (None for fewer than two seeds)."""
     from scipy.stats import ttest_rel
 
-    seeds = [s for s in _seeds(name, "standard") if s in _seeds(name, variant)
-             and _summary(name, "standard", s)["converged"] and _summary(name, variant, s)["converged"]]
     mine = [100 * _last_eval(name, variant, s, metric) for s in seeds]
     base = [100 * _last_eval(name, "standard", s, metric) for s in seeds]
-    row = {r["variant"]: r for r in _results(name)["primary_converged"]["variants"]}[variant]
     p = ttest_rel(mine, base).pvalue if len(seeds) > 1 else None
+    return statistics.mean(m - b for m, b in zip(mine, base)), p
+
+
+def _converged_only(name: str, variant: str, metric: str) -> dict:
+    """The primary metric over the seeds where both ``variant`` and standard met the threshold, from the runs'
+    summary.json and last evaluation: seeds, the paired difference (points) and its p (checked against the
+    report), and the report's row of its converged-only table (for the bootstrap CI and Holm's p, which need the
+    whole family)."""
+    seeds = [s for s in _seeds(name, "standard") if s in _seeds(name, variant)
+             and _summary(name, "standard", s)["converged"] and _summary(name, variant, s)["converged"]]
+    difference, p = _paired_last_eval(name, variant, metric, seeds)
+    row = {r["variant"]: r for r in _results(name)["primary_converged"]["variants"]}[variant]
     assert row["n_compared"] == len(seeds) and (p is None or row["test"]["p"] == pytest.approx(p, rel=1e-9))
-    return {"seeds": seeds, "difference": statistics.mean(m - b for m, b in zip(mine, base)), "row": row}
+    return {"seeds": seeds, "difference": difference, "row": row}
 
 
 def test_the_converged_only_sentences_are_the_runs():
@@ -929,8 +937,6 @@ def test_the_converged_only_sentences_are_the_runs():
 def test_hijack_part_8_verdict_is_the_runs():
     """Part 8's verdict: convergence counts and medians from the runs' summaries, the primary tests from the
     report (checked against scipy over the runs' last evaluations), the capped seeds' last accuracies."""
-    from scipy.stats import ttest_rel
-
     page, name, metric = HIJACK_V2, "hijack-v2-8", "hijack/synonym-m32/accuracy"
     runs = {s: _summary(name, "standard", s) for s in range(10)}
     capped = [s for s, r in runs.items() if not r["converged"]]
@@ -948,10 +954,8 @@ def test_hijack_part_8_verdict_is_the_runs():
             f"{100 * runs[7]['final_val_accuracy']:.0f}% validation accuracy)") in page
     rows = {r["variant"]: r for r in _results(name)["primary"]["variants"]}
     for v in ("magnitude-prefix-logits", "count-prior"):
-        mine = [100 * _last_eval(name, v, s, metric) for s in range(10)]
-        base = [100 * _last_eval(name, "standard", s, metric) for s in range(10)]
-        assert rows[v]["test"]["p"] == pytest.approx(ttest_rel(mine, base).pvalue, rel=1e-9)
-        rows[v]["points"] = statistics.mean(mine) - statistics.mean(base)
+        rows[v]["points"], p = _paired_last_eval(name, v, metric, range(10))
+        assert rows[v]["test"]["p"] == pytest.approx(p, rel=1e-9)
     mag, count = rows["magnitude-prefix-logits"], rows["count-prior"]
     assert mag["ci"]["low"] < 0 < mag["ci"]["high"] and mag["p_holm"] > 0.05 > count["p_holm"]
     assert (f"Over all 10 paired seeds it keeps {_signed(mag['points'])} points more than `standard` "
