@@ -92,6 +92,7 @@ LEFT_OFF = {
     "heads-hijack": "on hijacking version 1's task, 500-step runs not converged (superseded by hijack-v2)",
     "hijack-v2-3": "a calibration: one seed per variant, every run at its cap",
     "hijack-v2-4-calibration": "a calibration: one seed per variant, on another cap than the study's",
+    "hijack-v2-7": "in progress: the first seeds of its first variant (qk-norm), fewer than the 5 a verdict needs",
     "rank-sweep": "a weight-decay sweep of `standard` alone (pseudo-rank study): no variant to compare",
     "boneless-early": "the boneless comparison at an earlier, shorter budget (superseded by boneless)",
     **{f"zoology-mqar-{cell}-sweep": "a learning-rate sweep of `standard` alone: no variant to compare"

@@ -981,3 +981,44 @@ def test_hijack_part_8_verdict_is_the_runs():
             f"[{100 * mag['ci']['low']:.2f}, {100 * mag['ci']['high']:.2f}], Holm p {mag['p_holm']:.3g}; "
             f"{_signed(c_mag['difference'])} over the 7 seeds where softmax converged), where the count prior keeps "
             f"more ({_signed(count['points'])} points, Holm p {count['p_holm']:.3g})") in page
+
+
+def test_hijack_part_7_qk_norm_is_the_runs():
+    """Part 7's first variant: standard's runs are part 8's, copied; qk-norm's seeds so far, their steps to the
+    threshold, the primary test (checked against scipy's paired t over the runs' last evaluations), the accuracy
+    inside and beyond the training range of m and the retrieval head's masses, all from the runs."""
+    page, name, metric = HIJACK_V2, "hijack-v2-7", "hijack/synonym-m32/accuracy"
+    for s in range(10):  # the baseline is part 8's runs, file for file
+        for f in ("summary.json", "metrics.jsonl", "config.toml"):
+            assert ((RESULTS / name / "standard" / f"seed{s}" / f).read_bytes()
+                    == (RESULTS / "hijack-v2-8" / "standard" / f"seed{s}" / f).read_bytes())
+    seeds = _seeds(name, "qk-norm")
+    runs = {s: _summary(name, "qk-norm", s) for s in seeds}
+    assert all(r["device"] == "cpu" for r in runs.values())
+    words = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+    assert seeds == list(range(len(seeds)))  # run seed-major: the first seeds first
+    assert f"{words[len(seeds)].capitalize()} of `qk-norm`'s 10 seeds have run (seeds 0 to {seeds[-1]})" in page
+    met = [s for s in seeds if runs[s]["converged"]]
+    steps = ", ".join(str(runs[s]["threshold_step"]) for s in met)
+    base = ", ".join(str(_summary(name, "standard", s).get("threshold_step") or ">12000") for s in met)
+    took = ", ".join(str(round(runs[s]["wall_time_s"] / 60)) for s in met)
+    assert (f"{words[len(met)]} met the threshold, at steps {steps} (`standard`: {base} on the same seeds), in {took} "
+            "minutes") in page
+    row = {r["variant"]: r for r in _results(name)["primary"]["variants"]}["qk-norm"]
+    points, p = _paired_last_eval(name, "qk-norm", metric, seeds)
+    assert row["test"]["p"] == pytest.approx(p, rel=1e-9) and row["ci"]["high"] < 0
+    mine = statistics.mean(100 * _last_eval(name, "qk-norm", s, metric) for s in seeds)
+    theirs = statistics.mean(100 * _last_eval(name, "standard", s, metric) for s in seeds)
+    assert (f"At m = 32 `qk-norm` answers the target {mine:.2f}% of the time against `standard`'s {theirs:.2f}% on "
+            f"the same seeds ({_signed(points)} points, [{100 * row['ci']['low']:.2f}, {100 * row['ci']['high']:.2f}], "
+            f"paired p = {p:.3g}; the seeds could have detected {100 * row['detectable']:.2f})") in page
+    assert "m_max = 8" in (RESULTS / name / "compare.toml").read_text()  # m = 8: the largest cluster of training
+    at = {m: [statistics.mean(100 * _last_eval(name, v, s, f"hijack/synonym-m{m}/accuracy") for s in seeds)
+              for v in ("qk-norm", "standard")] for m in (8, 16)}
+    assert (f"at m = 8, the largest cluster of training, it answers {at[8][0]:.1f}% (`standard` {at[8][1]:.1f}%); "
+            f"at m = 16, {at[16][0]:.1f}% ({at[16][1]:.1f}%)") in page
+    mass = {(v, w): statistics.mean(_last_eval(name, v, s, f"hijack/synonym-m32/{w}") for s in seeds)
+            for v in ("qk-norm", "standard") for w in ("unique", "cluster")}
+    assert (f"puts {mass['qk-norm', 'unique']:.3f} of its mass on the unique binding and "
+            f"{mass['qk-norm', 'cluster']:.3f} on the cluster at m = 32, against `standard`'s "
+            f"{mass['standard', 'unique']:.3f} and {mass['standard', 'cluster']:.3f} on the same seeds") in page
