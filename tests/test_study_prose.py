@@ -1004,6 +1004,10 @@ def test_hijack_part_7_qk_norm_is_the_runs():
     took = ", ".join(str(round(runs[s]["wall_time_s"] / 60)) for s in met)
     assert (f"{words[len(met)]} met the threshold, at steps {steps} (`standard`: {base} on the same seeds), in {took} "
             "minutes") in page
+    capped = [s for s in met if not _summary(name, "standard", s)["converged"]]
+    assert capped == [2] and (f"`standard`'s seed 2 is one of part 8's capped runs (not converged, "
+                              f"{100 * _summary(name, 'standard', 2)['final_val_accuracy']:.0f}% validation accuracy "
+                              "at step 12000)") in page
     row = {r["variant"]: r for r in _results(name)["primary"]["variants"]}["qk-norm"]
     points, p = _paired_last_eval(name, "qk-norm", metric, seeds)
     assert row["test"]["p"] == pytest.approx(p, rel=1e-9) and row["ci"]["high"] < 0
