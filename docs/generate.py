@@ -76,7 +76,7 @@ LEADERBOARD = ("dilution-mqar-1", "dilution-mqar-2", "dilution-mqar-3", "dilutio
                "dilution-lm-1", "dilution-lm-2", "dilution-lm-3", "dilution-lm-4", "dilution-lm-5", "dilution-rope-lm", "dilution-rope-lm-2",
                "dilution-alibi-lm", "dilution-nope-lm",
                "hijack-v2-1", "hijack-v2-2", "hijack-v2-2-causal", "hijack-v2-4", "hijack-v2-5", "hijack-v2-1-h100", "hijack-v2-6",
-               "hijack-v2-8",
+               "hijack-v2-7", "hijack-v2-8",
                "recall-mqar-1", "recall-mqar-2", "recall-mqar-3", "recall-mqar-4", "mqar-gates-1", "mqar-gates-2",
                "recall-induction", "recall-induction-2", "induction-gates",
                "recall-selective-copy-1", "recall-selective-copy-2", "recall-selective-copy-3", "selective-copy-gates",
@@ -92,7 +92,6 @@ LEFT_OFF = {
     "heads-hijack": "on hijacking version 1's task, 500-step runs not converged (superseded by hijack-v2)",
     "hijack-v2-3": "a calibration: one seed per variant, every run at its cap",
     "hijack-v2-4-calibration": "a calibration: one seed per variant, on another cap than the study's",
-    "hijack-v2-7": "in progress: the first seeds of its first variant (qk-norm), fewer than the 5 a verdict needs",
     "rank-sweep": "a weight-decay sweep of `standard` alone (pseudo-rank study): no variant to compare",
     "boneless-early": "the boneless comparison at an earlier, shorter budget (superseded by boneless)",
     **{f"zoology-mqar-{cell}-sweep": "a learning-rate sweep of `standard` alone: no variant to compare"

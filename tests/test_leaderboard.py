@@ -88,6 +88,20 @@ def test_a_comparison_against_an_unconverged_baseline_says_so():
     assert "not converged" in generate.leaderboard_block(ROOT / "docs" / "leaderboard.md")
 
 
+def test_the_unconverged_baseline_runs_counted_are_those_of_the_compared_seeds():
+    """Where a variant has run some of the baseline's seeds, the count is over those seeds, from the summaries."""
+    name = "hijack-v2-7"
+    mine = sorted(int(d.name[4:]) for d in (RESULTS / name / "qk-norm").glob("seed*"))
+    base = {s: json.loads((RESULTS / name / "standard" / f"seed{s}" / "summary.json").read_text())["converged"]
+            for s in range(10)}
+    assert sum(not base[s] for s in mine) > 0  # part 7's seeds 0-4 include standard's capped seed 2
+    e = _entry(name, "qk-norm")
+    assert e.baseline_not_converged == sum(not base[s] for s in mine)
+    runs = "run" if e.baseline_not_converged == 1 else "runs"
+    assert (f"(against a `standard` with {e.baseline_not_converged} {runs} not converged)"
+            in generate.leaderboard_block(ROOT / "docs" / "leaderboard.md"))
+
+
 def test_families():
     assert [family(v) for v in ("standard", "gqa", "magnitude-prefix-logits", "count-prior", "low-temperature",
                                 "boneless-corr", "mla", "moh", "no-such-variant")] == [

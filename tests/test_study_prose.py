@@ -985,8 +985,9 @@ def test_hijack_part_8_verdict_is_the_runs():
 
 def test_hijack_part_7_qk_norm_is_the_runs():
     """Part 7's first variant: standard's runs are part 8's, copied; qk-norm's seeds so far, their steps to the
-    threshold, the primary test (checked against scipy's paired t over the runs' last evaluations), the accuracy
-    inside and beyond the training range of m and the retrieval head's masses, all from the runs."""
+    threshold, the verdict's primary test (checked against scipy's paired t over the runs' last evaluations) over all
+    seeds and over the converged ones, the convergence medians, the accuracy inside and beyond the training range of
+    m and the retrieval head's masses, all from the runs."""
     page, name, metric = HIJACK_V2, "hijack-v2-7", "hijack/synonym-m32/accuracy"
     for s in range(10):  # the baseline is part 8's runs, file for file
         for f in ("summary.json", "metrics.jsonl", "config.toml"):
@@ -1004,26 +1005,54 @@ def test_hijack_part_7_qk_norm_is_the_runs():
     took = ", ".join(str(round(runs[s]["wall_time_s"] / 60)) for s in met)
     assert (f"{words[len(met)]} met the threshold, at steps {steps} (`standard`: {base} on the same seeds), in {took} "
             "minutes") in page
+    assert met == seeds and 5 <= len(seeds) <= 6  # the verdict below is written for these seeds
     capped = [s for s in met if not _summary(name, "standard", s)["converged"]]
     assert capped == [2] and (f"`standard`'s seed 2 is one of part 8's capped runs (not converged, "
                               f"{100 * _summary(name, 'standard', 2)['final_val_accuracy']:.0f}% validation accuracy "
                               "at step 12000)") in page
-    row = {r["variant"]: r for r in _results(name)["primary"]["variants"]}["qk-norm"]
+    assert [s for s in range(6, 10) if not _summary(name, "standard", s)["converged"]] == [6, 7]
+    assert "the other seeds of `qk-norm` (among them `standard`'s capped seeds 6 and 7)" in page
+    primary = {r["variant"]: r for r in _results(name)["primary"]["variants"]}
+    row = primary["qk-norm"]
     points, p = _paired_last_eval(name, "qk-norm", metric, seeds)
     assert row["test"]["p"] == pytest.approx(p, rel=1e-9)
-    assert row["ci"]["high"] < 0 and p > 0.05 and "excludes zero where the t-test does not" in page
+    # the family so far is this one test, so Holm's p is the test's own
+    assert list(primary) == ["standard", "qk-norm"] and row["p_holm"] == pytest.approx(p, rel=1e-12)
+    assert row["ci"]["high"] < 0 and p < 0.05
     mine = statistics.mean(100 * _last_eval(name, "qk-norm", s, metric) for s in seeds)
     theirs = statistics.mean(100 * _last_eval(name, "standard", s, metric) for s in seeds)
     assert (f"At m = 32 `qk-norm` answers the target {mine:.2f}% of the time against `standard`'s {theirs:.2f}% on "
-            f"the same seeds ({_signed(points)} points, [{100 * row['ci']['low']:.2f}, {100 * row['ci']['high']:.2f}], "
-            f"paired p = {p:.3g}; the seeds could have detected {100 * row['detectable']:.2f})") in page
+            f"the same {len(seeds)} seeds ({_signed(points)} points, [{100 * row['ci']['low']:.2f}, "
+            f"{100 * row['ci']['high']:.2f}], paired p = {p:.3g}, Holm p {row['p_holm']:.3g} over the one test so "
+            f"far; the seeds could have detected {100 * row['detectable']:.2f})") in page
+    c = _converged_only(name, "qk-norm", metric)
+    r = c["row"]
+    assert c["seeds"] == [s for s in seeds if s not in capped] and r["ci"]["high"] < 0 and r["p_holm"] < 0.05
+    assert (f"over the {len(c['seeds'])} seeds where `standard` converged (the table over converged runs only) the "
+            f"difference is {_signed(c['difference'])} points ([{100 * r['ci']['low']:.2f}, "
+            f"{100 * r['ci']['high']:.2f}], Holm p {r['p_holm']:.3g}; detectable {100 * r['detectable']:.2f})") in page
+    # the answer at the top of the page, the dilution page and "What is left" quote the same runs
+    assert points < 0 and (f"answers the target {abs(points):.2f} points less often than `standard` at m = 32 "
+                           f"(part 7, its first {len(seeds)} of 10 seeds, all converged; Holm p "
+                           f"{row['p_holm']:.3g})") in page
+    assert (f"on its first {len(seeds)} of 10 seeds a learned logit scale answers the target {abs(points):.2f} points "
+            f"less often than `standard` at m = 32 (Holm p {row['p_holm']:.3g})") in _flat(ROOT / "docs" / "dilution.md")
+    assert f"the rest of `qk-norm`'s seeds (CPU parts; {len(seeds)} of 10 have run)" in page
+    conv = {r["variant"]: r for r in _results(name)["convergence"]["variants"]}
+    assert conv["standard"]["n"] == 10 and conv["qk-norm"]["logrank_vs_baseline"]["p"] > 0.05
+    assert (f"Every run of `qk-norm` met the threshold (median {conv['qk-norm']['median']:.0f} steps, against "
+            f"{conv['standard']['median']:.0f} for `standard`'s 10 runs; log-rank p = "
+            f"{conv['qk-norm']['logrank_vs_baseline']['p']:.3g})") in page
     assert "m_max = 8" in (RESULTS / name / "compare.toml").read_text()  # m = 8: the largest cluster of training
     at = {m: [statistics.mean(100 * _last_eval(name, v, s, f"hijack/synonym-m{m}/accuracy") for s in seeds)
               for v in ("qk-norm", "standard")] for m in (8, 16)}
-    assert (f"at m = 8, the largest cluster of training, it answers {at[8][0]:.1f}% (`standard` {at[8][1]:.1f}%); "
+    assert at[8][0] > 98 and at[16][0] < at[16][1]
+    assert (f"At m = 8, the largest cluster of training, it answers {at[8][0]:.1f}% (`standard` {at[8][1]:.1f}%); "
             f"at m = 16, {at[16][0]:.1f}% ({at[16][1]:.1f}%)") in page
     mass = {(v, w): statistics.mean(_last_eval(name, v, s, f"hijack/synonym-m32/{w}") for s in seeds)
             for v in ("qk-norm", "standard") for w in ("unique", "cluster")}
     assert (f"puts {mass['qk-norm', 'unique']:.3f} of its mass on the unique binding and "
             f"{mass['qk-norm', 'cluster']:.3f} on the cluster at m = 32, against `standard`'s "
             f"{mass['standard', 'unique']:.3f} and {mass['standard', 'cluster']:.3f} on the same seeds") in page
+    index = _flat(ROOT / "docs" / "studies" / "index.md")
+    assert f"(part 7, near-synonyms for `qk-norm`, {len(seeds)} of 10 seeds so far, CPU)" in index

@@ -181,7 +181,7 @@ def _entries(name: str, benchmark: str, results: dict, runs: dict[str, set[tuple
     primary = results.get("primary")
     task = results["base_config"]["data"].get("source", "").startswith("task:")
     base_conv = convergence.get(results["baseline"])
-    base_nc = (base_conv["n"] - base_conv["n_converged"]) if base_conv else 0
+    base_converged = {r["seed"]: r["converged"] for r in base_conv["runs"]} if base_conv else {}
     welch = "accuracy_welch_vs_baseline" if task else "welch_vs_baseline"
     tested = [v for v, row in by_variant.items() if v != results["baseline"] and (row.get(welch) or {}).get("p") is not None]
     welch_holm = dict(zip(tested, holm([by_variant[v][welch]["p"] for v in tested])))
@@ -198,7 +198,10 @@ def _entries(name: str, benchmark: str, results: dict, runs: dict[str, set[tuple
                       steps_median=conv.get("median") if conv.get("median") is not None else conv.get("median_lower_bound"),
                       steps_lower_bound=conv.get("median") is None and conv.get("median_lower_bound") is not None,
                       n_not_converged=(conv["n"] - conv["n_converged"]) if conv else 0,
-                      baseline_not_converged=0 if variant == results["baseline"] else base_nc)
+                      # the baseline's runs not converged among the seeds this variant ran (those it is compared with)
+                      baseline_not_converged=0 if variant == results["baseline"] else
+                      sum(not ok for seed, ok in base_converged.items()
+                          if seed in {r["seed"] for r in conv.get("runs", [])} or not conv.get("runs")))
         if primary:
             p = next(v for v in primary["variants"] if v["variant"] == variant)
             scale = 100.0 if primary["metric"].endswith("accuracy") else 1.0
@@ -242,7 +245,8 @@ def _cell_delta(e: Entry) -> str:
     mark = {1: " **better**", -1: " **worse**", 0: ""}[e.verdict]
     if e.side and not e.verdict:  # an interval clear of 0 that the adjusted test does not back
         mark = " (Holm p = n/a)" if e.p_holm is None else f" (Holm p = {e.p_holm:.3g})"
-    against = f" (against a `standard` with {e.baseline_not_converged} runs not converged)" if e.baseline_not_converged else ""
+    runs = "run" if e.baseline_not_converged == 1 else "runs"
+    against = f" (against a `standard` with {e.baseline_not_converged} {runs} not converged)" if e.baseline_not_converged else ""
     return _number(e.delta, e.metric, True) + interval + mark + against
 
 
