@@ -51,11 +51,12 @@ STUDY_PROSE_PAGES = ("capability.md", "capability-mqar.md", "capability-inductio
 
 # results/ directories a page quotes besides those of its own RESULTS blocks: magnitude-long.md's section on the
 # capability tasks quotes the hijack sweep of the exact prefix prior (part 2) and of the low-rank one (part 3); the
-# dilution page quotes the hijack study (SSMax in part 5, the priors in part 1 on the CPU and on an H100).
+# dilution page quotes the hijack study (SSMax in part 5, the priors in part 1 on the CPU and on an H100, `qk-norm` on
+# near-synonym clusters in part 7).
 # The head-recombination page quotes noisy recall (part 3 ran the recombinations) and the mixed hijack protocol's
 # parts 1 and 2, whose recipe its hijack part repeats.
 EXTRA_DIRS = {"magnitude-long.md": ("hijack-mixed-2", "hijack-mixed-3"),
-              "../dilution.md": ("hijack-v2-1", "hijack-v2-1-h100", "hijack-v2-5"),  # it quotes the hijack study
+              "../dilution.md": ("hijack-v2-1", "hijack-v2-1-h100", "hijack-v2-5", "hijack-v2-7"),  # the hijack study
               "../heads.md": ("recall-noisy-recall-3", "hijack-mixed-1", "hijack-mixed-2"),
               # the summary page quotes each task's page; its hijack numbers are test_study_prose.py's
               "capability.md": (*(f"recall-{task}-{part}" for task in ("mqar", "noisy-recall") for part in (1, 2, 3)),
