@@ -188,6 +188,8 @@ def _entries(name: str, benchmark: str, results: dict, runs: dict[str, set[tuple
     out = []
     for variant, row in by_variant.items():
         conv = convergence.get(variant, {})
+        # the seeds this variant ran, which it is compared with the baseline on
+        compared = ({r["seed"] for r in conv.get("runs", [])} or set(base_converged)) & set(base_converged)
         mine, theirs = runs.get(variant, set()), runs.get(results["baseline"], set())
         same_machine = {d for d, _ in mine} == {d for d, _ in theirs}  # else tokens/s compare machines
         apart = {c for _, c in mine} != {c for _, c in theirs}  # the baseline's runs were trained elsewhere
@@ -198,10 +200,8 @@ def _entries(name: str, benchmark: str, results: dict, runs: dict[str, set[tuple
                       steps_median=conv.get("median") if conv.get("median") is not None else conv.get("median_lower_bound"),
                       steps_lower_bound=conv.get("median") is None and conv.get("median_lower_bound") is not None,
                       n_not_converged=(conv["n"] - conv["n_converged"]) if conv else 0,
-                      # the baseline's runs not converged among the seeds this variant ran (those it is compared with)
                       baseline_not_converged=0 if variant == results["baseline"] else
-                      sum(not ok for seed, ok in base_converged.items()
-                          if seed in {r["seed"] for r in conv.get("runs", [])} or not conv.get("runs")))
+                      sum(not base_converged[seed] for seed in compared))
         if primary:
             p = next(v for v in primary["variants"] if v["variant"] == variant)
             scale = 100.0 if primary["metric"].endswith("accuracy") else 1.0
