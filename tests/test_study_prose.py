@@ -1005,13 +1005,22 @@ def test_hijack_part_7_qk_norm_is_the_runs():
     took = ", ".join(str(round(runs[s]["wall_time_s"] / 60)) for s in met)
     assert (f"{words[len(met)]} met the threshold, at steps {steps} (`standard`: {base} on the same seeds), in {took} "
             "minutes") in page
-    assert met == seeds and 5 <= len(seeds) <= 6  # the verdict below is written for these seeds
+    assert met == seeds and 5 <= len(seeds) < 10  # the verdict below is written for converged seeds, some to come
+
+    def listed(xs) -> str:  # 2 / 2 and 6 / 2, 6 and 7
+        xs = [str(x) for x in xs]
+        return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
+
     capped = [s for s in met if not _summary(name, "standard", s)["converged"]]
-    assert capped == [2] and (f"`standard`'s seed 2 is one of part 8's capped runs (not converged, "
-                              f"{100 * _summary(name, 'standard', 2)['final_val_accuracy']:.0f}% validation accuracy "
-                              "at step 12000)") in page
-    assert [s for s in range(6, 10) if not _summary(name, "standard", s)["converged"]] == [6, 7]
-    assert "the other seeds of `qk-norm` (among them `standard`'s capped seeds 6 and 7)" in page
+    accs = listed(f"{100 * _summary(name, 'standard', s)['final_val_accuracy']:.0f}%" for s in capped)
+    assert capped and (f"`standard`'s seed{'s' * (len(capped) > 1)} {listed(capped)} "
+                       f"{'are' if len(capped) > 1 else 'is one of'} part 8's capped runs (not converged, "
+                       f"{accs} validation accuracy at step 12000)") in page
+    to_come = [s for s in range(len(seeds), 10) if not _summary(name, "standard", s)["converged"]]
+    assert to_come and (f"the other seeds of `qk-norm` (among them `standard`'s capped seed{'s' * (len(to_come) > 1)} "
+                        f"{listed(to_come)})") in page
+    assert (f"`standard`'s capped seed{'s' * (len(capped) > 1)} {listed(capped)} "
+            f"do{'es' * (len(capped) == 1)} not make it") in page
     primary = {r["variant"]: r for r in _results(name)["primary"]["variants"]}
     row = primary["qk-norm"]
     points, p = _paired_last_eval(name, "qk-norm", metric, seeds)
