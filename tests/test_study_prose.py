@@ -1017,8 +1017,9 @@ def test_hijack_part_7_qk_norm_is_the_runs():
                        f"{'are' if len(capped) > 1 else 'is one of'} part 8's capped runs (not converged, "
                        f"{accs} validation accuracy at step 12000)") in page
     to_come = [s for s in range(len(seeds), 10) if not _summary(name, "standard", s)["converged"]]
-    assert to_come and (f"the other seeds of `qk-norm` (among them `standard`'s capped seed{'s' * (len(to_come) > 1)} "
-                        f"{listed(to_come)})") in page
+    assert (f"the other seeds of `qk-norm` (among them `standard`'s capped seed{'s' * (len(to_come) > 1)} "
+            f"{listed(to_come)}) and the preset's other variants" if to_come
+            else "the other seeds of `qk-norm` and the preset's other variants") in page
     assert (f"`standard`'s capped seed{'s' * (len(capped) > 1)} {listed(capped)} "
             f"do{'es' * (len(capped) == 1)} not make it") in page
     primary = {r["variant"]: r for r in _results(name)["primary"]["variants"]}
