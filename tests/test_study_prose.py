@@ -1019,7 +1019,8 @@ def test_hijack_part_7_qk_norm_is_the_runs():
     to_come = [s for s in range(len(seeds), 10) if not _summary(name, "standard", s)["converged"]]
     assert (f"the other seeds of `qk-norm` (among them `standard`'s capped seed{'s' * (len(to_come) > 1)} "
             f"{listed(to_come)}) and the preset's other variants" if to_come
-            else "the other seeds of `qk-norm` and the preset's other variants") in page
+            else f"the {'last seed' if len(seeds) == 9 else 'other seeds'} of `qk-norm` and the preset's other "
+            "variants") in page
     assert (f"`standard`'s capped seed{'s' * (len(capped) > 1)} {listed(capped)} "
             f"do{'es' * (len(capped) == 1)} not make it") in page
     primary = {r["variant"]: r for r in _results(name)["primary"]["variants"]}
