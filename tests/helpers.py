@@ -283,13 +283,26 @@ def extreme_logit_inputs(sign: float, t: int = 8):
     return q.requires_grad_(), k, torch.randn(1, 1, t, 4, requires_grad=True)
 
 
-def docs_generate():
-    """docs/generate.py as a module (it is a script, not part of the package)."""
+def script(relative: str, name: str):
+    """A script of the repository (benchmarks/, docs/: not part of the package) as a module called `name`. Its
+    folder is on sys.path only while it loads, for its imports of its neighbours: left there, a script's name would
+    shadow an installed package of the same name (benchmarks/kernels.py hides the `kernels` that transformers
+    imports)."""
     import importlib.util
+    import sys
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "docs" / "generate.py"
-    spec = importlib.util.spec_from_file_location("docs_generate", path)
+    path = Path(__file__).resolve().parents[1] / relative
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
     return module
+
+
+def docs_generate():
+    """docs/generate.py as a module."""
+    return script("docs/generate.py", "docs_generate")

@@ -7,15 +7,12 @@ most 1, and the entries come costliest first."""
 import contextlib
 import io
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from helpers import script
 
-import attention_layer  # noqa: E402  (benchmarks/attention_layer.py)
+attention_layer = script("benchmarks/attention_layer.py", "attention_layer")
 
 
 def _rows(*argv):

@@ -3,16 +3,15 @@ sampling and recolouring, a separate code path), its ratios are its own medians,
 
 import json
 import statistics
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from helpers import script
 
-import colours  # noqa: E402  (benchmarks/colours.py)
+ROOT = Path(__file__).resolve().parents[1]
+colours = script("benchmarks/colours.py", "colours")
 
 SAVED = ROOT / "results" / "benchmarks" / "colours.json"
 
@@ -50,3 +49,13 @@ def test_the_consensus_page_and_readme_quote_the_saved_ratios():
     phrase = f"{min(ratios):.0f}-{max(ratios):.0f}x faster"
     assert phrase in (ROOT / "docs" / "studies" / "consensus.md").read_text()
     assert phrase in (ROOT / "README.md").read_text()
+
+
+def test_loading_a_benchmark_leaves_the_import_path_as_it_was():
+    """A benchmark's folder left on sys.path would shadow installed packages by its scripts' names (kernels.py hides
+    the `kernels` package that transformers imports)."""
+    import sys
+
+    before = list(sys.path)
+    assert script("benchmarks/kernels.py", "benchmark_kernels").__file__.endswith("kernels.py")
+    assert sys.path == before

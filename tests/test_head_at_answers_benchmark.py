@@ -4,13 +4,10 @@ JSON names the task's real length and vocabulary (read from the task, not from t
 import contextlib
 import io
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from helpers import script
 
-import head_at_answers  # noqa: E402  (benchmarks/head_at_answers.py)
+head_at_answers = script("benchmarks/head_at_answers.py", "head_at_answers")
 
 
 def test_the_benchmark_times_both_sides_of_the_switch(monkeypatch):

@@ -3,13 +3,12 @@ per-run numbers in results/, and complete: every shipped comparison is on it or 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import last_logged
+from helpers import last_logged, script
 from scipy import stats
 
 from attnlab.experiments.figures import is_current
@@ -17,9 +16,7 @@ from attnlab.experiments.leaderboard import Entry, family, leaderboard
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
-_spec = importlib.util.spec_from_file_location("docs_generate_leaderboard", ROOT / "docs" / "generate.py")
-generate = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(generate)
+generate = script("docs/generate.py", "docs_generate_leaderboard")
 
 
 def _finals(name: str, variant: str, key: str) -> list[float]:

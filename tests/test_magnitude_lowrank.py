@@ -251,13 +251,9 @@ def test_error_rows_match_numpy_prefix_solves_of_the_exact_and_the_nystrom_matri
 def test_benchmark_scaling_exponent_is_the_log_log_slope():
     """benchmarks/magnitude.py's "scaling": a time proportional to T^3 gives 3, T^1 gives 1; a row timed at one T
     gets none."""
-    import importlib.util
-    from pathlib import Path
+    from helpers import script
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "magnitude.py"
-    spec = importlib.util.spec_from_file_location("bench_magnitude", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = script("benchmarks/magnitude.py", "bench_magnitude")
     rows = [{"row": "cubic", "seq": t, "fwd_bwd_ms": 2e-6 * t ** 3} for t in (256, 1024, 4096)]
     rows += [{"row": "linear", "seq": t, "fwd_bwd_ms": 0.01 * t} for t in (512, 2048)]
     rows += [{"row": "once", "seq": 1024, "fwd_bwd_ms": 5.0}]
