@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from attnlab import variant_info, variants
-from helpers import docs_generate
+from helpers import docs_generate, script
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -183,9 +183,7 @@ def test_docs_hook_publishes_the_plots():
     from mkdocs.config import load_config
     from mkdocs.structure.files import Files
 
-    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
-    hooks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hooks)
+    hooks = script("docs/hooks.py", "docs_hooks")
     files = hooks.on_files(Files([]), load_config(str(ROOT / "mkdocs.yml")))
     pngs = {p.relative_to(ROOT).as_posix() for p in (ROOT / "results").glob("**/*.png")}
     assert pngs and {f.src_uri for f in files} == pngs
