@@ -41,13 +41,11 @@ import json
 import os
 import platform
 import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from attention_layer import RawSDPALayer, _sync, add_shape_args, compare, fwd, fwd_bwd  # noqa: E402  (benchmarks/ helpers)
+from attention_layer import RawSDPALayer, _sync, add_shape_args, compare, fwd, fwd_bwd  # benchmarks/ helpers (its folder is on sys.path)
 
 from attnlab import GPTConfig  # noqa: E402
 from attnlab.attention_config import prefix_block, route  # noqa: E402

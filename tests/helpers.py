@@ -295,11 +295,12 @@ def script(relative: str, name: str):
     path = Path(__file__).resolve().parents[1] / relative
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    before = list(sys.path)
     sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
     finally:
-        sys.path.remove(str(path.parent))
+        sys.path[:] = before  # also undoes a script's own edits of the path
     return module
 
 

@@ -51,11 +51,12 @@ def test_the_consensus_page_and_readme_quote_the_saved_ratios():
     assert phrase in (ROOT / "README.md").read_text()
 
 
-def test_loading_a_benchmark_leaves_the_import_path_as_it_was():
+@pytest.mark.parametrize("name", ["kernels", "magnitude"])
+def test_loading_a_benchmark_leaves_the_import_path_as_it_was(name):
     """A benchmark's folder left on sys.path would shadow installed packages by its scripts' names (kernels.py hides
-    the `kernels` package that transformers imports)."""
+    the `kernels` package that transformers imports); magnitude.py loads a neighbour, kernels.py does not."""
     import sys
 
     before = list(sys.path)
-    assert script("benchmarks/kernels.py", "benchmark_kernels").__file__.endswith("kernels.py")
+    assert script(f"benchmarks/{name}.py", f"benchmark_{name}").__file__.endswith(f"{name}.py")
     assert sys.path == before
