@@ -1087,7 +1087,8 @@ def test_hijack_part_7_ssmax_so_far_is_the_runs():
     base = ", ".join(str(_summary(name, "standard", s).get("threshold_step") or ">12000") for s in seeds)
     took = ", ".join(str(round(runs[s]["wall_time_s"] / 60)) for s in seeds)
     met = sum(r["converged"] for r in runs.values())
-    seeds_text = f"seed {seeds[0]}" if n == 1 else f"seeds {seeds[0]} to {seeds[-1]}"
+    seeds_text = (f"seed {seeds[0]}" if n == 1 else f"seeds {seeds[0]} and {seeds[1]}" if n == 2
+                  else f"seeds {seeds[0]} to {seeds[-1]}")
     assert (f"`ssmax` has {n} of its 10 seeds so far ({seeds_text}; {met} met the threshold), at steps {steps} "
             f"(`standard`: {base} on the same seeds), in {took} minutes") in page
     tests = _part_7_family(name, "hijack/synonym-m32/accuracy")
