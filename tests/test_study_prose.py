@@ -1066,9 +1066,9 @@ def _part_7_family(name: str, metric: str) -> dict[str, float]:
     standard, scipy's paired t over those seeds' last evaluations."""
     from statsmodels.stats.multitest import multipletests
 
-    ps = {}
+    ps, baseline = {}, set(_seeds(name, "standard"))
     for row in _results(name)["primary"]["variants"][1:]:
-        shared = [s for s in _seeds(name, row["variant"]) if s in _seeds(name, "standard")]
+        shared = [s for s in _seeds(name, row["variant"]) if s in baseline]
         if len(shared) > 1:
             ps[row["variant"]] = _paired_last_eval(name, row["variant"], metric, shared)[1]
     return dict(zip(ps, multipletests(list(ps.values()), method="holm")[1]))
