@@ -47,9 +47,9 @@ import torch.nn.functional as F
 
 from attention_layer import RawSDPALayer, _sync, add_shape_args, compare, fwd, fwd_bwd  # benchmarks/ helpers (its folder is on sys.path)
 
-from attnlab import GPTConfig  # noqa: E402
-from attnlab.attention_config import prefix_block, route  # noqa: E402
-from attnlab.nn import Attention  # noqa: E402
+from attnlab import GPTConfig
+from attnlab.attention_config import prefix_block, route
+from attnlab.nn import Attention
 
 # row name -> (AttentionConfig overrides, causal); the variants' own defaults otherwise (eps 1e-3, clamp gate, t 1)
 FORMS = {

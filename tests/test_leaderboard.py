@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import last_logged, script
+from helpers import docs_generate, last_logged
 from scipy import stats
 
 from attnlab.experiments.figures import is_current
@@ -16,7 +16,7 @@ from attnlab.experiments.leaderboard import Entry, family, leaderboard
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
-generate = script("docs/generate.py", "docs_generate_leaderboard")
+generate = docs_generate()
 
 
 def _finals(name: str, variant: str, key: str) -> list[float]:
