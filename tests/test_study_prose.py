@@ -1090,7 +1090,18 @@ def test_hijack_part_7_ssmax_so_far_is_the_runs():
     seeds_text = (f"seed {seeds[0]}" if n == 1 else f"seeds {seeds[0]} and {seeds[1]}" if n == 2
                   else f"seeds {seeds[0]} to {seeds[-1]}")
     assert (f"`ssmax` has {n} of its 10 seeds so far ({seeds_text}; {met} met the threshold), at steps {steps} "
-            f"(`standard`: {base} on the same seeds), in {took} minutes") in page
+            f"(`standard`: {base} on the same seeds), in {took} minutes.") in page
+    capped = [s for s in seeds if not runs[s]["converged"]]
+    for s in capped:  # each capped seed, named with its accuracy where it stopped
+        assert runs[s]["steps"] == runs[s]["final_val_step"] == 12000
+    accs = [f"{100 * runs[s]['final_val_accuracy']:.0f}%" for s in capped]
+    named = (f" `ssmax`'s seed {capped[0]} reached the cap without meeting the threshold (not converged, {accs[0]} "
+             "validation accuracy at step 12000)." if len(capped) == 1 else
+             f" `ssmax`'s seeds {', '.join(map(str, capped[:-1]))} and {capped[-1]} reached the cap without meeting "
+             f"the threshold (not converged, {', '.join(accs[:-1])} and {accs[-1]} validation accuracy at step 12000)."
+             if capped else "")
+    assert f"in {took} minutes.{named}" in page
+    assert capped or "`ssmax`'s seed" not in page.split(f"in {took} minutes.")[1][:20]
     tests = _part_7_family(name, "hijack/synonym-m32/accuracy")
     assert ("ssmax" in tests) == (n > 1)
     holm = {r["variant"]: r["p_holm"] for r in _results(name)["primary"]["variants"][1:]}
